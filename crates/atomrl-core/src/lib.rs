@@ -1,0 +1,26 @@
+//! Shared foundation of AtomRL's atomic-function crates.
+//!
+//! - [`Error`]: the one error type; every variant names the function and argument at fault with
+//!   the expected and actual value or shape.
+//! - [`shape`]: checks run before computing (rank, dims, finiteness, 0/1 masks).
+//! - [`registry`]: how a crate describes its functions ([`FnSpec`]) and runs them on named
+//!   [`Inputs`] for the `atomrl-fn` command-line tool.
+//! - [`stage`]: the data-flow stage types of a training step.
+//!
+//! Conventions used by every AtomRL crate: tensors are batch-first; `N` is the number of
+//! completions (prompts × group size `G`), `T` the completion length, `V` the vocabulary; masks
+//! are 0/1 float tensors with 1 on completion tokens.
+
+#![deny(missing_docs)]
+
+pub mod compare;
+pub mod error;
+pub mod registry;
+pub mod shape;
+pub mod stage;
+pub mod value;
+
+pub use error::{CandleContext, Error, Result};
+pub use registry::{check_example, ArgKind, ArgSpec, AtomicFn, FnSpec, OutputSpec};
+pub use stage::{RewardBatch, Sample};
+pub use value::{Inputs, OutputValue, Outputs};

@@ -1,0 +1,1 @@
+//! AtomRL's trainable causal LM (being written).
