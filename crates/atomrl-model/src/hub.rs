@@ -1,0 +1,131 @@
+//! Loading from the Hugging Face hub: the hub cache's layout, resolved locally.
+//!
+//! A hub model is read from the cache folder that `huggingface_hub` (and `hf-hub`) fill:
+//! `<cache>/models--<org>--<name>/snapshots/<commit>/<files>`, with `refs/<revision>` holding
+//! the commit. With the `hub` feature, missing files are first downloaded through `hf-hub`.
+//! After that, loading is [`CausalLm::from_hf_dir`] on the snapshot folder.
+
+use std::path::{Path, PathBuf};
+
+use atomrl_core::{Error, Result};
+use candle_core::{DType, Device};
+
+use crate::model::CausalLm;
+
+/// The hub cache folder: `$HF_HUB_CACHE`, else `$HF_HOME/hub`, else
+/// `~/.cache/huggingface/hub`.
+///
+/// ```
+/// let dir = atomrl_model::hub_cache_dir();
+/// assert!(dir.ends_with("hub") || std::env::var_os("HF_HUB_CACHE").is_some());
+/// ```
+pub fn hub_cache_dir() -> PathBuf {
+    if let Some(p) = std::env::var_os("HF_HUB_CACHE") {
+        return PathBuf::from(p);
+    }
+    if let Some(p) = std::env::var_os("HF_HOME") {
+        return PathBuf::from(p).join("hub");
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    home.join(".cache").join("huggingface").join("hub")
+}
+
+/// The snapshot folder of `repo_id` (`org/name`) at `revision` (a branch or tag with a
+/// `refs/` entry, or a commit hash) in the hub cache `cache_dir`.
+///
+/// # Errors
+/// [`Error::File`] naming the missing cache entry.
+///
+/// ```
+/// let cache = std::env::temp_dir().join("atomrl_doctest_hub");
+/// let snap = cache.join("models--org--tiny/snapshots/abc123");
+/// std::fs::create_dir_all(&snap).unwrap();
+/// std::fs::create_dir_all(cache.join("models--org--tiny/refs")).unwrap();
+/// std::fs::write(cache.join("models--org--tiny/refs/main"), "abc123").unwrap();
+/// assert_eq!(atomrl_model::resolve_hub_snapshot(&cache, "org/tiny", "main")?, snap);
+/// assert!(atomrl_model::resolve_hub_snapshot(&cache, "org/other", "main").is_err());
+/// # Ok::<(), atomrl_core::Error>(())
+/// ```
+pub fn resolve_hub_snapshot(cache_dir: &Path, repo_id: &str, revision: &str) -> Result<PathBuf> {
+    let repo = cache_dir.join(format!("models--{}", repo_id.replace('/', "--")));
+    if !repo.is_dir() {
+        return Err(Error::file(repo.display(), format!("`{repo_id}` is not in the hub cache")));
+    }
+    let ref_file = repo.join("refs").join(revision);
+    let commit = if ref_file.is_file() {
+        std::fs::read_to_string(&ref_file).map_err(|e| Error::file(ref_file.display(), e))?.trim().to_string()
+    } else {
+        revision.to_string()
+    };
+    let snap = repo.join("snapshots").join(&commit);
+    if !snap.is_dir() {
+        return Err(Error::file(snap.display(), format!("no snapshot of `{repo_id}` at revision `{revision}`")));
+    }
+    Ok(snap)
+}
+
+#[cfg(feature = "hub")]
+fn download(cache_dir: &Path, repo_id: &str, revision: &str) -> Result<()> {
+    use hf_hub::{api::sync::ApiBuilder, Repo, RepoType};
+    let api = ApiBuilder::new()
+        .with_cache_dir(cache_dir.to_path_buf())
+        .build()
+        .map_err(|e| Error::file(cache_dir.display(), format!("hub client: {e}")))?;
+    let repo = api.repo(Repo::with_revision(repo_id.to_string(), RepoType::Model, revision.to_string()));
+    let info = repo.info().map_err(|e| Error::file(repo_id, format!("hub: {e}")))?;
+    for s in info.siblings {
+        let f = s.rfilename;
+        let wanted = f == "config.json"
+            || f.ends_with(".safetensors")
+            || f == crate::weights::WEIGHTS_INDEX_FILE
+            || crate::save::COPIED_FILES.contains(&f.as_str());
+        if wanted {
+            repo.get(&f).map_err(|e| Error::file(format!("{repo_id}/{f}"), format!("hub download: {e}")))?;
+        }
+    }
+    Ok(())
+}
+
+impl CausalLm {
+    /// Loads `repo_id` at `revision` (default `main`) from the hub cache
+    /// ([`hub_cache_dir`]); with the `hub` feature, missing files are downloaded first.
+    ///
+    /// # Errors
+    /// [`Error::File`] naming the missing cache entry or file.
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// let err = atomrl_model::CausalLm::from_hub_cache(
+    ///     std::path::Path::new("/no/cache"), "Qwen/Qwen3-0.6B", None, DType::F32, &Device::Cpu);
+    /// assert!(err.unwrap_err().to_string().contains("models--Qwen--Qwen3-0.6B"));
+    /// ```
+    pub fn from_hub(repo_id: &str, revision: Option<&str>, dtype: DType, device: &Device) -> Result<Self> {
+        Self::from_hub_cache(&hub_cache_dir(), repo_id, revision, dtype, device)
+    }
+
+    /// [`CausalLm::from_hub`] with an explicit cache folder.
+    ///
+    /// # Errors
+    /// As [`CausalLm::from_hub`].
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// assert!(atomrl_model::CausalLm::from_hub_cache(
+    ///     std::path::Path::new("/no/cache"), "a/b", Some("v1"), DType::F32, &Device::Cpu).is_err());
+    /// ```
+    pub fn from_hub_cache(
+        cache_dir: &Path,
+        repo_id: &str,
+        revision: Option<&str>,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
+        let revision = revision.unwrap_or("main");
+        #[cfg(feature = "hub")]
+        if resolve_hub_snapshot(cache_dir, repo_id, revision).is_err() {
+            download(cache_dir, repo_id, revision)?;
+        }
+        let snap = resolve_hub_snapshot(cache_dir, repo_id, revision)?;
+        Self::from_hf_dir(snap, dtype, device)
+    }
+}

@@ -1,0 +1,168 @@
+//! What one forward pass takes: token ids, an optional key-padding mask, optional positions.
+
+use atomrl_core::{CandleContext, Error, Result};
+use candle_core::{DType, Device, Tensor};
+
+/// The finite value added to masked attention scores (−inf would turn fully masked query rows,
+/// such as the pad positions of a left-padded batch, into NaN).
+pub const MASK_VALUE: f64 = -1e9;
+
+/// Inputs of [`CausalLm::forward`](crate::CausalLm::forward).
+///
+/// # Shapes
+/// - `input_ids [N, L]` (u32): the new tokens.
+/// - `attention_mask [N, P + L]` (optional, any numeric dtype, 1 = real token, 0 = padding):
+///   covers the `P` cached positions and the new ones, as in transformers. Left padding
+///   (generation) and right padding (training) both work.
+/// - `position_ids [N, L]` (optional, u32): by default `cumsum(mask) − 1` clamped at 0, taken
+///   at the new positions (transformers' rule for left padding), or `P..P+L` without a mask.
+///
+/// ```
+/// use atomrl_model::ForwardInput;
+/// use candle_core::{Device, Tensor};
+/// let ids = Tensor::new(&[[5u32, 6, 7]], &Device::Cpu)?;
+/// let input = ForwardInput::new(ids).with_attention_mask(Tensor::new(&[[0u32, 1, 1]], &Device::Cpu)?);
+/// assert!(input.position_ids.is_none());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct ForwardInput {
+    /// Token ids `[N, L]`.
+    pub input_ids: Tensor,
+    /// Key-padding mask `[N, P + L]`.
+    pub attention_mask: Option<Tensor>,
+    /// Positions `[N, L]`.
+    pub position_ids: Option<Tensor>,
+}
+
+impl ForwardInput {
+    /// Token ids only (no padding, positions `P..P+L`).
+    ///
+    /// ```
+    /// use candle_core::{Device, Tensor};
+    /// let input = atomrl_model::ForwardInput::new(Tensor::new(&[[1u32, 2]], &Device::Cpu)?);
+    /// assert!(input.attention_mask.is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn new(input_ids: Tensor) -> Self {
+        Self { input_ids, attention_mask: None, position_ids: None }
+    }
+
+    /// Adds a key-padding mask `[N, P + L]`.
+    ///
+    /// ```
+    /// use candle_core::{Device, Tensor};
+    /// let d = Device::Cpu;
+    /// let input = atomrl_model::ForwardInput::new(Tensor::new(&[[1u32, 0]], &d)?)
+    ///     .with_attention_mask(Tensor::new(&[[1f32, 0.0]], &d)?);
+    /// assert!(input.attention_mask.is_some());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_attention_mask(mut self, mask: Tensor) -> Self {
+        self.attention_mask = Some(mask);
+        self
+    }
+
+    /// Sets explicit positions `[N, L]`.
+    ///
+    /// ```
+    /// use candle_core::{Device, Tensor};
+    /// let d = Device::Cpu;
+    /// let input = atomrl_model::ForwardInput::new(Tensor::new(&[[9u32]], &d)?)
+    ///     .with_position_ids(Tensor::new(&[[4u32]], &d)?);
+    /// assert!(input.position_ids.is_some());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_position_ids(mut self, positions: Tensor) -> Self {
+        self.position_ids = Some(positions);
+        self
+    }
+}
+
+/// Positions from a key-padding mask, as transformers computes them for left padding:
+/// `cumsum(mask, -1) − 1`, clamped at 0, for the last `new_len` columns.
+///
+/// # Shapes
+/// `mask [N, S]` → `[N, new_len]` (u32), `new_len ≤ S`.
+///
+/// # Errors
+/// [`Error::Shape`] when `mask` is not rank 2 or `new_len > S`.
+///
+/// ```
+/// use candle_core::{Device, Tensor};
+/// let mask = Tensor::new(&[[0u32, 0, 1, 1, 1], [1, 1, 1, 1, 0]], &Device::Cpu)?;
+/// let pos = atomrl_model::position_ids_from_mask(&mask, 5)?;
+/// assert_eq!(pos.to_vec2::<u32>()?, vec![vec![0, 0, 0, 1, 2], vec![0, 1, 2, 3, 3]]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn position_ids_from_mask(mask: &Tensor, new_len: usize) -> Result<Tensor> {
+    let func = "position_ids_from_mask";
+    let rows = mask_rows(func, mask)?;
+    let s = mask.dim(1).ctx(func)?;
+    if new_len > s {
+        return Err(Error::shape(func, "attention_mask", format!("[N, S] with S >= {new_len}"), mask.dims()));
+    }
+    let n = rows.len();
+    let mut out = Vec::with_capacity(n * new_len);
+    for row in &rows {
+        let mut acc = 0i64;
+        let cums: Vec<u32> = row
+            .iter()
+            .map(|&m| {
+                acc += i64::from(m != 0.0);
+                (acc - 1).max(0) as u32
+            })
+            .collect();
+        out.extend_from_slice(&cums[s - new_len..]);
+    }
+    Tensor::from_vec(out, (n, new_len), mask.device()).ctx(func)
+}
+
+pub(crate) fn mask_rows(func: &str, mask: &Tensor) -> Result<Vec<Vec<f32>>> {
+    if mask.rank() != 2 {
+        return Err(Error::shape(func, "attention_mask", "[N, S]", mask.dims()));
+    }
+    mask.to_dtype(DType::F32).and_then(|m| m.to_vec2::<f32>()).ctx(func)
+}
+
+/// The additive attention bias `[N, 1, L, P + L]`: 0 where query `i` (at cache offset `P + i`)
+/// may attend key `j` (`j ≤ P + i` and `mask[j] = 1`), [`MASK_VALUE`] elsewhere.
+pub(crate) fn attention_bias(
+    func: &str,
+    mask: Option<&Tensor>,
+    n: usize,
+    l: usize,
+    past: usize,
+    dtype: DType,
+    device: &Device,
+) -> Result<Option<Tensor>> {
+    let s = past + l;
+    if mask.is_none() && l == 1 {
+        return Ok(None);
+    }
+    let pad = match mask {
+        Some(m) => {
+            let rows = mask_rows(func, m)?;
+            if m.dims() != [n, s] {
+                return Err(Error::shape(func, "attention_mask", format!("[N, P + L] = [{n}, {s}]"), m.dims()));
+            }
+            Some(rows)
+        }
+        None => None,
+    };
+    let rows = if pad.is_some() { n } else { 1 };
+    let mut bias = vec![0f32; rows * l * s];
+    for r in 0..rows {
+        for i in 0..l {
+            for j in 0..s {
+                let causal = j <= past + i;
+                let real = pad.as_ref().is_none_or(|p| p[r][j] != 0.0);
+                if !(causal && real) {
+                    bias[(r * l + i) * s + j] = MASK_VALUE as f32;
+                }
+            }
+        }
+    }
+    let t = Tensor::from_vec(bias, (rows, 1, l, s), device).and_then(|t| t.to_dtype(dtype)).ctx(func)?;
+    Ok(Some(t))
+}

@@ -1,0 +1,102 @@
+//! Linear layers: trainable, frozen (no weight-gradient work) and with a LoRA adapter.
+
+use candle_core::{backend::BackendStorage, CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
+
+/// The gradient path of `x @ Wᵀ` for a frozen `W`: its forward returns zeros of the output's
+/// shape (added to the product computed on detached inputs), its backward returns `g @ W`
+/// only. Candle's matmul backward always computes both operands' gradients; this op skips the
+/// weight's, which is the expensive half of a frozen layer's backward.
+struct FrozenWeightGrad {
+    weight: Tensor,
+}
+
+impl CustomOp1 for FrozenWeightGrad {
+    fn name(&self) -> &'static str {
+        "atomrl-frozen-weight-grad"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        let mut dims = layout.dims().to_vec();
+        if let Some(last) = dims.last_mut() {
+            *last = self.weight.dim(0)?;
+        }
+        let n: usize = dims.iter().product();
+        let zeros = match storage.dtype() {
+            DType::F32 => CpuStorage::F32(vec![0.0; n]),
+            DType::F64 => CpuStorage::F64(vec![0.0; n]),
+            DType::BF16 => CpuStorage::BF16(vec![half::bf16::ZERO; n]),
+            DType::F16 => CpuStorage::F16(vec![half::f16::ZERO; n]),
+            dt => candle_core::bail!("frozen linear: unsupported dtype {dt:?}"),
+        };
+        Ok((zeros, Shape::from(dims)))
+    }
+
+    fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
+        Ok(Some(grad_res.matmul(&self.weight)?))
+    }
+}
+
+/// `x2 [rows, in] @ wᵀ` where `w [out, in]` is frozen: the gradient reaches `x2` but no work is
+/// spent on `w`'s gradient (on the CPU; other devices fall back to a detached weight).
+pub(crate) fn frozen_matmul(x2: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let w = w.detach();
+    if !x2.track_op() {
+        return x2.matmul(&w.t()?);
+    }
+    if !x2.device().is_cpu() {
+        return x2.matmul(&w.t()?);
+    }
+    let y = x2.detach().matmul(&w.t()?)?;
+    y + x2.apply_op1(FrozenWeightGrad { weight: w })?
+}
+
+/// A LoRA adapter `Δy = scale · dropout(x) @ Aᵀ @ Bᵀ` with `A [r, in]`, `B [out, r]`.
+#[derive(Debug, Clone)]
+pub(crate) struct LoraAdapter {
+    pub a: Tensor,
+    pub b: Tensor,
+    pub scale: f64,
+    pub dropout: f32,
+}
+
+/// A linear layer `y = x Wᵀ + b` with Hugging Face's `[out, in]` weight layout.
+#[derive(Debug, Clone)]
+pub(crate) struct Linear {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+    /// Whether `weight` (and `bias`) is frozen: no gradient work is spent on it.
+    pub frozen: bool,
+    pub lora: Option<LoraAdapter>,
+}
+
+impl Linear {
+    /// Applies the layer to `x [.., in]`; `train` turns on the adapter's dropout.
+    pub fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
+        let dims = x.dims().to_vec();
+        let in_features = *dims.last().unwrap_or(&0);
+        let rows = x.elem_count() / in_features.max(1);
+        let x2 = x.reshape((rows, in_features))?;
+        let mut y = if self.frozen {
+            frozen_matmul(&x2, &self.weight)?
+        } else {
+            x2.matmul(&self.weight.t()?)?
+        };
+        if let Some(b) = &self.bias {
+            y = y.broadcast_add(b)?;
+        }
+        if let Some(lora) = &self.lora {
+            let h = if train && lora.dropout > 0.0 {
+                candle_nn::ops::dropout(&x2, lora.dropout)?
+            } else {
+                x2.clone()
+            };
+            let delta = h.matmul(&lora.a.t()?)?.matmul(&lora.b.t()?)?;
+            y = (y + delta.affine(lora.scale, 0.0)?)?;
+        }
+        let mut out_dims = dims;
+        if let Some(last) = out_dims.last_mut() {
+            *last = y.dim(1)?;
+        }
+        y.reshape(out_dims)
+    }
+}

@@ -1,0 +1,659 @@
+//! [`CausalLm`]: the trainable causal language model.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use atomrl_core::{CandleContext, Error, Result};
+use candle_core::{DType, Device, Tensor, Var};
+use candle_nn::VarMap;
+
+use crate::cache::KvCache;
+use crate::config::ModelConfig;
+use crate::input::{attention_bias, position_ids_from_mask, ForwardInput};
+use crate::linear::LoraAdapter;
+use crate::lora::LoraState;
+use crate::network::{Network, TensorSource};
+use crate::ops::rope_tables;
+use crate::params::{param_specs, Init, Rng};
+use crate::weights::{load_safetensors_dir, WEIGHTS_FILE};
+
+/// How the network reads the weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Gradients flow to the trainable variables (all base weights, or only the LoRA adapters).
+    Train,
+    /// Every tensor detached: an inference view sharing the weights' storage.
+    Detached,
+}
+
+/// A decoder-only causal LM (Qwen2 / Qwen2.5 / Qwen3 / Llama) whose every weight is a candle
+/// [`Var`] under its Hugging Face name, so that `loss.backward()` reaches all of them.
+///
+/// - Load with [`CausalLm::from_hf_dir`] (or [`CausalLm::from_hub`]), create with
+///   [`CausalLm::from_config_random`], save with [`CausalLm::save_hf`].
+/// - [`CausalLm::forward`] takes ids, a key-padding mask, positions and an optional
+///   caller-owned [`KvCache`], and returns logits `[N, L, V]`.
+/// - [`CausalLm::trainable_vars`] are what the optimiser updates (in place: the network sees
+///   every update without rebuilding). With LoRA ([`CausalLm::add_lora`]) only the adapters
+///   are trainable and the base weights are frozen with no gradient work spent on them.
+/// - [`CausalLm::detached`] is an inference view on the same storage (for rollouts): nothing
+///   it computes keeps a backward graph alive.
+///
+/// ```
+/// use atomrl_model::{Architecture, CausalLm, ForwardInput, ModelConfig};
+/// use candle_core::{DType, Device, Tensor};
+/// let config = ModelConfig::new(Architecture::Qwen3, 32, 16, 32, 1, 2, 1)?;
+/// let model = CausalLm::from_config_random(config, 0, DType::F32, &Device::Cpu)?;
+/// let ids = Tensor::new(&[[1u32, 2, 3]], &Device::Cpu)?;
+/// let logits = model.forward(&ForwardInput::new(ids), None)?;
+/// assert_eq!(logits.dims(), &[1, 3, 32]);
+/// let loss = logits.sqr()?.mean_all()?;
+/// let grads = loss.backward()?;
+/// assert!(model.trainable_vars().iter().all(|v| grads.get(v.as_tensor()).is_some()));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct CausalLm {
+    pub(crate) config: ModelConfig,
+    pub(crate) dtype: DType,
+    pub(crate) device: Device,
+    pub(crate) weights: VarMap,
+    pub(crate) lora: Option<LoraState>,
+    net: Network,
+    mode: Mode,
+    train: bool,
+    pub(crate) source_dir: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for CausalLm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CausalLm")
+            .field("architecture", &self.config.architecture)
+            .field("dtype", &self.dtype)
+            .field("device", &self.device)
+            .field("num_parameters", &self.num_parameters())
+            .field("lora", &self.lora)
+            .field("train", &self.train)
+            .finish()
+    }
+}
+
+struct Source<'a> {
+    weights: &'a HashMap<String, Var>,
+    lora: Option<&'a LoraState>,
+    lora_vars: Option<&'a HashMap<String, Var>>,
+    frozen: bool,
+    detached: bool,
+}
+
+impl TensorSource for Source<'_> {
+    fn get(&self, name: &str) -> candle_core::Result<Tensor> {
+        let var = self
+            .weights
+            .get(name)
+            .ok_or_else(|| candle_core::Error::Msg(format!("missing tensor `{name}`")))?;
+        Ok(if self.frozen || self.detached { var.as_detached_tensor() } else { var.as_tensor().clone() })
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.weights.contains_key(name)
+    }
+
+    fn frozen(&self) -> bool {
+        self.frozen || self.detached
+    }
+
+    fn lora(&self, module: &str) -> candle_core::Result<Option<LoraAdapter>> {
+        let (Some(state), Some(vars)) = (self.lora, self.lora_vars) else { return Ok(None) };
+        if !state.config.targets(module) {
+            return Ok(None);
+        }
+        let (a, b) = crate::lora::adapter_names(module);
+        let get = |n: &str| {
+            vars.get(n)
+                .map(|v| if self.detached { v.as_detached_tensor() } else { v.as_tensor().clone() })
+                .ok_or_else(|| candle_core::Error::Msg(format!("missing LoRA tensor `{n}`")))
+        };
+        Ok(Some(LoraAdapter {
+            a: get(&a)?,
+            b: get(&b)?,
+            scale: state.config.scale(),
+            dropout: state.config.dropout as f32,
+        }))
+    }
+}
+
+impl CausalLm {
+    /// Loads a Hugging Face model folder: `config.json` and `model.safetensors` (or shards with
+    /// `model.safetensors.index.json`), converting the weights to `dtype` (a bf16 checkpoint
+    /// loads into f32 training weights). Tokenizer and generation files are copied by
+    /// [`CausalLm::save_hf`].
+    ///
+    /// # Errors
+    /// [`Error::File`] naming the missing or invalid file (`config.json`, an unsupported
+    /// architecture, a missing or mis-shaped tensor).
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+    /// let model = atomrl_model::CausalLm::from_hf_dir(dir, DType::F32, &Device::Cpu)?;
+    /// assert_eq!(model.config().vocab_size, 512);
+    /// let err = atomrl_model::CausalLm::from_hf_dir("/no/such/model", DType::F32, &Device::Cpu);
+    /// assert!(err.unwrap_err().to_string().contains("/no/such/model"));
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn from_hf_dir(dir: impl AsRef<Path>, dtype: DType, device: &Device) -> Result<Self> {
+        let dir = dir.as_ref();
+        if !dir.is_dir() {
+            return Err(Error::file(dir.display(), "model folder not found"));
+        }
+        let config = ModelConfig::from_file(dir.join("config.json"))?;
+        let tensors = load_safetensors_dir(dir, dtype, device)?;
+        let mut model = Self::from_tensors(config, tensors, dtype, device)
+            .map_err(|e| match e {
+                Error::File { message, .. } => Error::file(dir.join(WEIGHTS_FILE).display(), message),
+                other => other,
+            })?;
+        model.source_dir = Some(dir.to_path_buf());
+        Ok(model)
+    }
+
+    /// A model from named tensors (Hugging Face names; extra tensors are ignored, a tied
+    /// `lm_head.weight` too). Each tensor is copied into a new [`Var`] of `dtype` on `device`.
+    ///
+    /// # Errors
+    /// [`Error::File`] (path `model.safetensors`) naming a missing or mis-shaped tensor.
+    ///
+    /// ```
+    /// use std::collections::HashMap;
+    /// use atomrl_model::{Architecture, CausalLm, ModelConfig};
+    /// use candle_core::{DType, Device};
+    /// let c = ModelConfig::new(Architecture::Llama, 16, 8, 8, 1, 2, 2)?;
+    /// let err = CausalLm::from_tensors(c, HashMap::new(), DType::F32, &Device::Cpu).unwrap_err();
+    /// assert!(err.to_string().contains("missing tensor `model.embed_tokens.weight`"));
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn from_tensors(
+        config: ModelConfig,
+        tensors: HashMap<String, Tensor>,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
+        let func = "CausalLm::from_tensors";
+        let weights = VarMap::new();
+        {
+            let mut data = weights.data().lock().map_err(|_| Error::value(func, "weights", "an unpoisoned lock", "poisoned"))?;
+            for spec in param_specs(&config) {
+                let t = tensors
+                    .get(&spec.name)
+                    .ok_or_else(|| Error::file(WEIGHTS_FILE, format!("missing tensor `{}`", spec.name)))?;
+                if t.dims() != spec.shape.as_slice() {
+                    return Err(Error::file(
+                        WEIGHTS_FILE,
+                        format!("tensor `{}` has shape {:?}, config.json implies {:?}", spec.name, t.dims(), spec.shape),
+                    ));
+                }
+                let t = t.to_dtype(dtype).and_then(|t| t.to_device(device)).ctx(func)?;
+                data.insert(spec.name, Var::from_tensor(&t).ctx(func)?);
+            }
+        }
+        Self::assemble(config, weights, None, dtype, device)
+    }
+
+    /// A new model with random weights: linear and embedding weights from
+    /// Normal(0, `initializer_range`), norms 1, biases 0 (transformers' initialisation), from a
+    /// deterministic generator seeded with `seed`.
+    ///
+    /// # Errors
+    /// [`Error::Candle`] if a tensor cannot be created on `device`.
+    ///
+    /// ```
+    /// use atomrl_model::{Architecture, CausalLm, ModelConfig};
+    /// use candle_core::{DType, Device};
+    /// let c = ModelConfig::new(Architecture::Qwen2, 64, 16, 32, 2, 4, 2)?;
+    /// let a = CausalLm::from_config_random(c.clone(), 7, DType::F32, &Device::Cpu)?;
+    /// let b = CausalLm::from_config_random(c.clone(), 7, DType::F32, &Device::Cpu)?;
+    /// assert_eq!(a.num_parameters(), c.num_parameters());
+    /// let w = "model.layers.0.mlp.up_proj.weight";
+    /// assert_eq!(a.tensor(w).unwrap().to_vec2::<f32>()?, b.tensor(w).unwrap().to_vec2::<f32>()?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_config_random(config: ModelConfig, seed: u64, dtype: DType, device: &Device) -> Result<Self> {
+        let func = "CausalLm::from_config_random";
+        let mut rng = Rng::new(seed);
+        let mut tensors = HashMap::new();
+        for spec in param_specs(&config) {
+            let n: usize = spec.shape.iter().product();
+            let data: Vec<f64> = match spec.init {
+                Init::Normal => (0..n).map(|_| rng.normal() * config.initializer_range).collect(),
+                Init::Ones => vec![1.0; n],
+                Init::Zeros => vec![0.0; n],
+            };
+            let t = Tensor::from_vec(data, spec.shape.clone(), device).ctx(func)?;
+            tensors.insert(spec.name, t);
+        }
+        Self::from_tensors(config, tensors, dtype, device)
+    }
+
+    fn assemble(
+        config: ModelConfig,
+        weights: VarMap,
+        lora: Option<LoraState>,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
+        let net = build_network(&config, &weights, lora.as_ref(), Mode::Train)?;
+        Ok(Self {
+            net,
+            config,
+            dtype,
+            device: device.clone(),
+            weights,
+            lora,
+            mode: Mode::Train,
+            train: false,
+            source_dir: None,
+        })
+    }
+
+    /// Rebuilds the network after the set of variables or the mode changed.
+    pub(crate) fn rebuild(&mut self) -> Result<()> {
+        self.net = build_network(&self.config, &self.weights, self.lora.as_ref(), self.mode)?;
+        Ok(())
+    }
+
+    /// The configuration.
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig};
+    /// # let c = ModelConfig::new(Architecture::Qwen2, 8, 4, 4, 1, 1, 1)?;
+    /// let m = CausalLm::from_config_random(c, 0, candle_core::DType::F32, &candle_core::Device::Cpu)?;
+    /// assert_eq!(m.config().hidden_size, 4);
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The weights' dtype.
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig};
+    /// # let c = ModelConfig::new(Architecture::Qwen2, 8, 4, 4, 1, 1, 1)?;
+    /// let m = CausalLm::from_config_random(c, 0, candle_core::DType::F64, &candle_core::Device::Cpu)?;
+    /// assert_eq!(m.dtype(), candle_core::DType::F64);
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The device the weights live on.
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig};
+    /// # let c = ModelConfig::new(Architecture::Qwen2, 8, 4, 4, 1, 1, 1)?;
+    /// let m = CausalLm::from_config_random(c, 0, candle_core::DType::F32, &candle_core::Device::Cpu)?;
+    /// assert!(m.device().is_cpu());
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The folder the model was loaded from, if any (its tokenizer files are copied on save).
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig};
+    /// # let c = ModelConfig::new(Architecture::Qwen2, 8, 4, 4, 1, 1, 1)?;
+    /// let m = CausalLm::from_config_random(c, 0, candle_core::DType::F32, &candle_core::Device::Cpu)?;
+    /// assert!(m.source_dir().is_none());
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn source_dir(&self) -> Option<&Path> {
+        self.source_dir.as_deref()
+    }
+
+    /// Sets the folder whose tokenizer and generation files [`CausalLm::save_hf`] copies.
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig};
+    /// # let c = ModelConfig::new(Architecture::Qwen2, 8, 4, 4, 1, 1, 1)?;
+    /// let mut m = CausalLm::from_config_random(c, 0, candle_core::DType::F32, &candle_core::Device::Cpu)?;
+    /// m.set_source_dir("tokenizer/folder");
+    /// assert!(m.source_dir().is_some());
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn set_source_dir(&mut self, dir: impl Into<PathBuf>) {
+        self.source_dir = Some(dir.into());
+    }
+
+    /// The base weights as a [`VarMap`] keyed by Hugging Face name (the tied LM head is
+    /// `model.embed_tokens.weight`). Updating a variable in place (as optimisers do) changes
+    /// the model.
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig};
+    /// # let c = ModelConfig::new(Architecture::Qwen2, 8, 4, 4, 1, 1, 1)?;
+    /// let m = CausalLm::from_config_random(c, 0, candle_core::DType::F32, &candle_core::Device::Cpu)?;
+    /// assert_eq!(m.varmap().all_vars().len(), m.named_vars().len());
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn varmap(&self) -> &VarMap {
+        &self.weights
+    }
+
+    /// The base weights, sorted by Hugging Face name.
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig};
+    /// # let c = ModelConfig::new(Architecture::Qwen2, 8, 4, 4, 1, 1, 1)?;
+    /// let m = CausalLm::from_config_random(c, 0, candle_core::DType::F32, &candle_core::Device::Cpu)?;
+    /// assert_eq!(m.named_vars()[0].0, "model.embed_tokens.weight");
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn named_vars(&self) -> Vec<(String, Var)> {
+        sorted_vars(&self.weights)
+    }
+
+    /// The variables an optimiser should update, sorted by name: the LoRA adapters when LoRA
+    /// is attached, otherwise every base weight.
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig};
+    /// # let c = ModelConfig::new(Architecture::Qwen2, 8, 4, 4, 1, 1, 1)?;
+    /// let m = CausalLm::from_config_random(c.clone(), 0, candle_core::DType::F32, &candle_core::Device::Cpu)?;
+    /// let params: usize = m.trainable_vars().iter().map(|v| v.elem_count()).sum();
+    /// assert_eq!(params, c.num_parameters());
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn trainable_vars(&self) -> Vec<Var> {
+        let map = match &self.lora {
+            Some(l) => &l.vars,
+            None => &self.weights,
+        };
+        sorted_vars(map).into_iter().map(|(_, v)| v).collect()
+    }
+
+    /// A base weight by Hugging Face name (sharing the variable's storage).
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig};
+    /// # let c = ModelConfig::new(Architecture::Qwen2, 8, 4, 4, 1, 1, 1)?;
+    /// let m = CausalLm::from_config_random(c, 0, candle_core::DType::F32, &candle_core::Device::Cpu)?;
+    /// assert_eq!(m.tensor("model.norm.weight").unwrap().dims(), &[4]);
+    /// assert!(m.tensor("nope").is_none());
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn tensor(&self, name: &str) -> Option<Tensor> {
+        let data = self.weights.data().lock().ok()?;
+        data.get(name).map(|v| v.as_tensor().clone())
+    }
+
+    /// Number of base parameters.
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig};
+    /// # let c = ModelConfig::new(Architecture::Qwen2, 8, 4, 4, 1, 1, 1)?;
+    /// let m = CausalLm::from_config_random(c.clone(), 0, candle_core::DType::F32, &candle_core::Device::Cpu)?;
+    /// assert_eq!(m.num_parameters(), c.num_parameters());
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn num_parameters(&self) -> usize {
+        self.named_vars().iter().map(|(_, v)| v.elem_count()).sum()
+    }
+
+    /// An inference view sharing the weights' storage: every tensor is detached, so nothing it
+    /// computes (KV caches included) keeps a backward graph alive. Optimiser updates of this
+    /// model are visible through the view.
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig, ForwardInput};
+    /// # use candle_core::{Device, Tensor};
+    /// # let c = ModelConfig::new(Architecture::Qwen2, 8, 4, 4, 1, 1, 1)?;
+    /// let m = CausalLm::from_config_random(c, 0, candle_core::DType::F32, &Device::Cpu)?;
+    /// let ids = Tensor::new(&[[1u32, 2]], &Device::Cpu)?;
+    /// let logits = m.detached().forward(&ForwardInput::new(ids), None)?;
+    /// assert!(!logits.track_op());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn detached(&self) -> Self {
+        let mut view = self.clone();
+        view.mode = Mode::Detached;
+        view.train = false;
+        // Rebuilding from the same variables cannot fail where building did.
+        if view.rebuild().is_err() {
+            return self.clone();
+        }
+        view
+    }
+
+    /// Training mode: turns LoRA dropout on (default off).
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig};
+    /// # let c = ModelConfig::new(Architecture::Qwen2, 8, 4, 4, 1, 1, 1)?;
+    /// let mut m = CausalLm::from_config_random(c, 0, candle_core::DType::F32, &candle_core::Device::Cpu)?;
+    /// m.set_train(true);
+    /// assert!(m.is_train());
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn set_train(&mut self, train: bool) {
+        self.train = train;
+    }
+
+    /// Whether training mode is on.
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig};
+    /// # let c = ModelConfig::new(Architecture::Qwen2, 8, 4, 4, 1, 1, 1)?;
+    /// let m = CausalLm::from_config_random(c, 0, candle_core::DType::F32, &candle_core::Device::Cpu)?;
+    /// assert!(!m.is_train());
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn is_train(&self) -> bool {
+        self.train
+    }
+
+    /// An empty KV cache for this model.
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig};
+    /// # let c = ModelConfig::new(Architecture::Qwen2, 8, 4, 4, 3, 1, 1)?;
+    /// let m = CausalLm::from_config_random(c, 0, candle_core::DType::F32, &candle_core::Device::Cpu)?;
+    /// assert_eq!(m.new_kv_cache().layers.len(), 3);
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn new_kv_cache(&self) -> KvCache {
+        KvCache::new(self.config.num_hidden_layers)
+    }
+
+    /// Logits `[N, L, V]` for `input` (see [`ForwardInput`] for the mask and position rules).
+    /// With a cache, the new keys and values are appended to it and attention covers the `P`
+    /// cached positions too.
+    ///
+    /// # Shapes
+    /// `input_ids [N, L]`, `attention_mask [N, P + L]`, `position_ids [N, L]` → `[N, L, V]`.
+    ///
+    /// # Errors
+    /// [`Error::Shape`] for mis-shaped inputs or a cache of another batch size,
+    /// [`Error::Value`] for token ids `≥ V` (naming `input_ids` and the position).
+    ///
+    /// ```
+    /// use atomrl_model::{Architecture, CausalLm, ForwardInput, ModelConfig};
+    /// use candle_core::{DType, Device, Tensor};
+    /// let d = Device::Cpu;
+    /// let m = CausalLm::from_config_random(ModelConfig::new(Architecture::Qwen2, 16, 8, 8, 1, 2, 1)?, 1, DType::F32, &d)?;
+    /// // Left-padded prompt, then one decode step with the cache.
+    /// let mut cache = m.new_kv_cache();
+    /// let prompt = ForwardInput::new(Tensor::new(&[[0u32, 3, 4]], &d)?)
+    ///     .with_attention_mask(Tensor::new(&[[0u32, 1, 1]], &d)?);
+    /// m.forward(&prompt, Some(&mut cache))?;
+    /// let step = ForwardInput::new(Tensor::new(&[[5u32]], &d)?)
+    ///     .with_attention_mask(Tensor::new(&[[0u32, 1, 1, 1]], &d)?);
+    /// let logits = m.forward(&step, Some(&mut cache))?;
+    /// assert_eq!((logits.dims(), cache.seq_len()), (&[1, 1, 16][..], 4));
+    /// let bad = ForwardInput::new(Tensor::new(&[[16u32]], &d)?);
+    /// assert!(m.forward(&bad, None).unwrap_err().to_string().contains("input_ids"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn forward(&self, input: &ForwardInput, cache: Option<&mut KvCache>) -> Result<Tensor> {
+        let hidden = self.forward_hidden(input, cache)?;
+        self.logits(&hidden)
+    }
+
+    /// Final-normed hidden states `[N, L, H]` (the LM head's input); see [`CausalLm::forward`].
+    ///
+    /// # Errors
+    /// As [`CausalLm::forward`].
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig, ForwardInput};
+    /// # use candle_core::{Device, Tensor};
+    /// # let m = CausalLm::from_config_random(ModelConfig::new(Architecture::Qwen2, 16, 8, 8, 1, 2, 1)?, 1, candle_core::DType::F32, &Device::Cpu)?;
+    /// let h = m.forward_hidden(&ForwardInput::new(Tensor::new(&[[1u32, 2]], &Device::Cpu)?), None)?;
+    /// assert_eq!(h.dims(), &[1, 2, 8]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn forward_hidden(&self, input: &ForwardInput, mut cache: Option<&mut KvCache>) -> Result<Tensor> {
+        let func = "CausalLm::forward";
+        let ids = &input.input_ids;
+        if ids.rank() != 2 || ids.dim(1).ctx(func)? == 0 {
+            return Err(Error::shape(func, "input_ids", "[N, L] with L >= 1", ids.dims()));
+        }
+        if ids.dtype().is_float() {
+            return Err(Error::value(func, "input_ids", "an integer tensor of token ids", format!("{:?}", ids.dtype())));
+        }
+        let (n, l) = ids.dims2().ctx(func)?;
+        let ids = ids.to_dtype(DType::U32).and_then(|t| t.to_device(&self.device)).ctx(func)?;
+        check_vocab(func, "input_ids", &ids, self.config.vocab_size)?;
+        let past = match cache.as_deref_mut() {
+            Some(c) => {
+                if c.layers.is_empty() {
+                    c.layers = vec![None; self.config.num_hidden_layers];
+                }
+                if c.layers.len() != self.config.num_hidden_layers {
+                    return Err(Error::value(
+                        func,
+                        "cache",
+                        format!("{} layers", self.config.num_hidden_layers),
+                        format!("{} layers", c.layers.len()),
+                    ));
+                }
+                if let Some(b) = c.batch_size().filter(|&b| b != n) {
+                    return Err(Error::shape(func, "cache", format!("batch of N = {n} rows"), &[b]));
+                }
+                c.seq_len()
+            }
+            None => 0,
+        };
+        let mask = match &input.attention_mask {
+            Some(m) => Some(m.to_device(&self.device).ctx(func)?),
+            None => None,
+        };
+        let positions = match (&input.position_ids, &mask) {
+            (Some(p), _) => {
+                if p.dims() != [n, l] {
+                    return Err(Error::shape(func, "position_ids", format!("[N, L] = [{n}, {l}]"), p.dims()));
+                }
+                p.to_dtype(DType::U32).and_then(|t| t.to_device(&self.device)).ctx(func)?
+            }
+            (None, Some(m)) => {
+                if m.dims() != [n, past + l] {
+                    return Err(Error::shape(func, "attention_mask", format!("[N, P + L] = [{n}, {}]", past + l), m.dims()));
+                }
+                position_ids_from_mask(m, l)?
+            }
+            (None, None) => {
+                let row: Vec<u32> = (past as u32..(past + l) as u32).collect();
+                Tensor::new(row, &self.device).and_then(|r| r.unsqueeze(0)?.repeat((n, 1))).ctx(func)?
+            }
+        };
+        let bias = attention_bias(func, mask.as_ref(), n, l, past, self.dtype, &self.device)?;
+        let (cos, sin) = rope_tables(&positions, self.config.head_dim, self.config.rope_theta, self.dtype).ctx(func)?;
+        self.net
+            .hidden(&ids, (&cos, &sin), bias.as_ref(), cache.map(|c| &mut c.layers), self.train)
+            .ctx(func)
+    }
+
+    /// Logits `[.., V]` from hidden states `[.., H]` (the LM head alone): lets callers compute
+    /// logits for a slice of positions or a chunk of rows at a time.
+    ///
+    /// # Errors
+    /// [`Error::Shape`] when the last dimension is not `H`.
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig};
+    /// # use candle_core::{DType, Device, Tensor};
+    /// # let m = CausalLm::from_config_random(ModelConfig::new(Architecture::Qwen2, 16, 8, 8, 1, 2, 1)?, 1, DType::F32, &Device::Cpu)?;
+    /// let h = Tensor::zeros((3, 8), DType::F32, &Device::Cpu)?;
+    /// assert_eq!(m.logits(&h)?.dims(), &[3, 16]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        let func = "CausalLm::logits";
+        if hidden.dims().last() != Some(&self.config.hidden_size) {
+            return Err(Error::shape(func, "hidden", format!("[.., H = {}]", self.config.hidden_size), hidden.dims()));
+        }
+        self.net.logits(hidden).ctx(func)
+    }
+
+    /// Logits `[N, L, V]` of a (possibly padded) batch without a cache: shorthand for
+    /// [`CausalLm::forward`] with positions from the mask.
+    ///
+    /// # Errors
+    /// As [`CausalLm::forward`].
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig};
+    /// # use candle_core::{DType, Device, Tensor};
+    /// # let m = CausalLm::from_config_random(ModelConfig::new(Architecture::Qwen2, 16, 8, 8, 1, 2, 1)?, 1, DType::F32, &Device::Cpu)?;
+    /// let ids = Tensor::new(&[[1u32, 2, 0]], &Device::Cpu)?;
+    /// let mask = Tensor::new(&[[1u32, 1, 0]], &Device::Cpu)?;
+    /// assert_eq!(m.forward_logits(&ids, Some(&mask))?.dims(), &[1, 3, 16]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn forward_logits(&self, input_ids: &Tensor, attention_mask: Option<&Tensor>) -> Result<Tensor> {
+        let mut input = ForwardInput::new(input_ids.clone());
+        input.attention_mask = attention_mask.cloned();
+        self.forward(&input, None)
+    }
+}
+
+fn build_network(config: &ModelConfig, weights: &VarMap, lora: Option<&LoraState>, mode: Mode) -> Result<Network> {
+    let func = "CausalLm::build";
+    let poisoned = |arg: &str| Error::value(func, arg, "an unpoisoned lock", "poisoned");
+    let weights = weights.data().lock().map_err(|_| poisoned("weights"))?;
+    let lora_guard = match lora {
+        Some(l) => Some(l.vars.data().lock().map_err(|_| poisoned("lora"))?),
+        None => None,
+    };
+    let src = Source {
+        weights: &weights,
+        lora,
+        lora_vars: lora_guard.as_deref(),
+        frozen: lora.is_some(),
+        detached: mode == Mode::Detached,
+    };
+    Network::build(config, &src).map_err(|e| Error::file(WEIGHTS_FILE, e))
+}
+
+/// Checks that every id of `ids` (u32) is below `vocab`, naming the first offender.
+pub(crate) fn check_vocab(func: &str, arg: &str, ids: &Tensor, vocab: usize) -> Result<()> {
+    let flat = ids.flatten_all().and_then(|t| t.to_vec1::<u32>()).ctx(func)?;
+    if let Some(i) = flat.iter().position(|&x| x as usize >= vocab) {
+        return Err(Error::value(
+            func,
+            format!("{arg}[{}]", atomrl_core::shape::unravel(i, ids.dims())),
+            format!("a token id in [0, {vocab})"),
+            flat[i],
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn sorted_vars(map: &VarMap) -> Vec<(String, Var)> {
+    let Ok(data) = map.data().lock() else { return Vec::new() };
+    let sorted: BTreeMap<_, _> = data.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    sorted.into_iter().collect()
+}

@@ -1,0 +1,209 @@
+//! The decoder network: attention, SwiGLU MLP, decoder layers, built from named tensors.
+
+use candle_core::{Result, Tensor};
+
+use crate::config::{Architecture, ModelConfig};
+use crate::linear::{Linear, LoraAdapter};
+use crate::ops::{apply_rope, repeat_kv, rms_norm, softmax_last};
+
+/// Where the network's tensors come from: the base weight by HF name (already detached when
+/// frozen), and the LoRA adapter of a module path, if any.
+pub(crate) trait TensorSource {
+    /// The tensor `name`.
+    fn get(&self, name: &str) -> Result<Tensor>;
+    /// Whether `name` exists.
+    fn has(&self, name: &str) -> bool;
+    /// Whether base linear weights are frozen (no gradient work).
+    fn frozen(&self) -> bool;
+    /// The adapter of module `module` (`model.layers.0.self_attn.q_proj`).
+    fn lora(&self, module: &str) -> Result<Option<LoraAdapter>>;
+}
+
+fn linear(src: &dyn TensorSource, module: &str, bias: bool) -> Result<Linear> {
+    let bias_name = format!("{module}.bias");
+    Ok(Linear {
+        weight: src.get(&format!("{module}.weight"))?,
+        bias: if bias || src.has(&bias_name) { Some(src.get(&bias_name)?) } else { None },
+        frozen: src.frozen(),
+        lora: src.lora(module)?,
+    })
+}
+
+#[derive(Debug, Clone)]
+struct Attention {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    eps: f64,
+}
+
+impl Attention {
+    fn forward(
+        &self,
+        x: &Tensor,
+        rope: (&Tensor, &Tensor),
+        bias: Option<&Tensor>,
+        slot: Option<&mut Option<(Tensor, Tensor)>>,
+        train: bool,
+    ) -> Result<Tensor> {
+        let (n, l, _) = x.dims3()?;
+        let (nh, nkv, hd) = (self.heads, self.kv_heads, self.head_dim);
+        let mut q = self.q.forward(x, train)?.reshape((n, l, nh, hd))?;
+        let mut k = self.k.forward(x, train)?.reshape((n, l, nkv, hd))?;
+        let v = self.v.forward(x, train)?.reshape((n, l, nkv, hd))?;
+        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
+            q = rms_norm(&q, qn, self.eps)?;
+            k = rms_norm(&k, kn, self.eps)?;
+        }
+        let q = apply_rope(&q.transpose(1, 2)?.contiguous()?, rope.0, rope.1)?;
+        let k = apply_rope(&k.transpose(1, 2)?.contiguous()?, rope.0, rope.1)?;
+        let v = v.transpose(1, 2)?.contiguous()?;
+        let (k, v) = match slot {
+            Some(slot) => {
+                let (k, v) = match slot.take() {
+                    Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 2)?, Tensor::cat(&[&pv, &v], 2)?),
+                    None => (k, v),
+                };
+                *slot = Some((k.clone(), v.clone()));
+                (k, v)
+            }
+            None => (k, v),
+        };
+        let k = repeat_kv(&k, nh / nkv)?;
+        let v = repeat_kv(&v, nh / nkv)?;
+        let scores = (q.matmul(&k.t()?)? * (1.0 / (hd as f64).sqrt()))?;
+        let scores = match bias {
+            Some(b) => scores.broadcast_add(b)?,
+            None => scores,
+        };
+        let p = softmax_last(&scores)?;
+        let out = p.matmul(&v)?.transpose(1, 2)?.reshape((n, l, nh * hd))?;
+        self.o.forward(&out, train)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Mlp {
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+impl Mlp {
+    fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
+        let g = self.gate.forward(x, train)?.silu()?;
+        let u = self.up.forward(x, train)?;
+        self.down.forward(&(g * u)?, train)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct DecoderLayer {
+    attn: Attention,
+    mlp: Mlp,
+    input_norm: Tensor,
+    post_attn_norm: Tensor,
+    eps: f64,
+}
+
+impl DecoderLayer {
+    fn forward(
+        &self,
+        x: &Tensor,
+        rope: (&Tensor, &Tensor),
+        bias: Option<&Tensor>,
+        slot: Option<&mut Option<(Tensor, Tensor)>>,
+        train: bool,
+    ) -> Result<Tensor> {
+        let h = rms_norm(x, &self.input_norm, self.eps)?;
+        let x = (x + self.attn.forward(&h, rope, bias, slot, train)?)?;
+        let h = rms_norm(&x, &self.post_attn_norm, self.eps)?;
+        x + self.mlp.forward(&h, train)?
+    }
+}
+
+/// The whole network with its tensors.
+#[derive(Debug, Clone)]
+pub(crate) struct Network {
+    embed: Tensor,
+    layers: Vec<DecoderLayer>,
+    norm: Tensor,
+    lm_head: Linear,
+    eps: f64,
+    hidden: usize,
+}
+
+impl Network {
+    pub fn build(c: &ModelConfig, src: &dyn TensorSource) -> Result<Self> {
+        let embed = src.get("model.embed_tokens.weight")?;
+        let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        for i in 0..c.num_hidden_layers {
+            let p = format!("model.layers.{i}");
+            let a = format!("{p}.self_attn");
+            let qk_norm = c.architecture == Architecture::Qwen3;
+            let attn = Attention {
+                q: linear(src, &format!("{a}.q_proj"), c.qkv_bias)?,
+                k: linear(src, &format!("{a}.k_proj"), c.qkv_bias)?,
+                v: linear(src, &format!("{a}.v_proj"), c.qkv_bias)?,
+                o: linear(src, &format!("{a}.o_proj"), c.o_bias)?,
+                q_norm: if qk_norm { Some(src.get(&format!("{a}.q_norm.weight"))?) } else { None },
+                k_norm: if qk_norm { Some(src.get(&format!("{a}.k_norm.weight"))?) } else { None },
+                heads: c.num_attention_heads,
+                kv_heads: c.num_key_value_heads,
+                head_dim: c.head_dim,
+                eps: c.rms_norm_eps,
+            };
+            let mlp = Mlp {
+                gate: linear(src, &format!("{p}.mlp.gate_proj"), false)?,
+                up: linear(src, &format!("{p}.mlp.up_proj"), false)?,
+                down: linear(src, &format!("{p}.mlp.down_proj"), false)?,
+            };
+            layers.push(DecoderLayer {
+                attn,
+                mlp,
+                input_norm: src.get(&format!("{p}.input_layernorm.weight"))?,
+                post_attn_norm: src.get(&format!("{p}.post_attention_layernorm.weight"))?,
+                eps: c.rms_norm_eps,
+            });
+        }
+        let head_weight =
+            if c.tie_word_embeddings { embed.clone() } else { src.get("lm_head.weight")? };
+        Ok(Self {
+            embed,
+            layers,
+            norm: src.get("model.norm.weight")?,
+            lm_head: Linear { weight: head_weight, bias: None, frozen: src.frozen(), lora: None },
+            eps: c.rms_norm_eps,
+            hidden: c.hidden_size,
+        })
+    }
+
+    /// Final-normed hidden states `[N, L, H]`.
+    pub fn hidden(
+        &self,
+        ids: &Tensor,
+        rope: (&Tensor, &Tensor),
+        bias: Option<&Tensor>,
+        mut cache: Option<&mut Vec<Option<(Tensor, Tensor)>>>,
+        train: bool,
+    ) -> Result<Tensor> {
+        let (n, l) = ids.dims2()?;
+        let mut x = self.embed.index_select(&ids.flatten_all()?, 0)?.reshape((n, l, self.hidden))?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let slot = cache.as_deref_mut().map(|c| &mut c[i]);
+            x = layer.forward(&x, rope, bias, slot, train)?;
+        }
+        rms_norm(&x, &self.norm, self.eps)
+    }
+
+    /// Logits `[.., V]` of hidden states `[.., H]`.
+    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        self.lm_head.forward(hidden, false)
+    }
+}
