@@ -493,6 +493,24 @@ mod tests {
             d,
         );
         assert_eq!(e, "compute_policy_loss: `advantages[0]` must be finite (the row has valid tokens), got NaN");
+        let e = compute_policy_loss(&lp, &lp, &adv, &t2(&[&[1.0], &[1.0]]), &d).unwrap_err();
+        assert!(
+            matches!(&e, Error::Shape { arg, .. } if arg == "mask"),
+            "{e}"
+        );
+        let e = compute_policy_loss(
+            &lp,
+            &lp,
+            &adv,
+            &mask,
+            &PolicyLossOptions {
+                clip_ratio_c: Some(0.5),
+                ..d
+            },
+        );
+        assert!(matches!(e, Err(Error::Value { ref arg, .. }) if arg == "clip_ratio_c"));
+        let e = "token_sum".parse::<crate::LossAgg>().unwrap_err();
+        assert!(matches!(e, Error::UnknownChoice { ref arg, .. } if arg == "loss_agg"));
         let e = "seq".parse::<RatioLevel>().unwrap_err().to_string();
         assert_eq!(
             e,
