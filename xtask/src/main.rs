@@ -1,2 +1,135 @@
-//! placeholder
-fn main() {}
+//! AtomRL development tasks: `cargo xtask <task>`.
+
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xtask", about = "AtomRL development tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Run what CI runs: fmt --check, clippy -D warnings, the test suite, the dependency check.
+    Check,
+    /// Check that the light atomic crates do not pull in heavy or CLI dependencies.
+    Deps,
+}
+
+/// Crates users `cargo add` for one piece: they must stay light.
+const LIGHT_CRATES: [&str; 4] = [
+    "atomrl-core",
+    "atomrl-advantage",
+    "atomrl-loss",
+    "atomrl-reward",
+];
+
+/// Dependencies that must never reach a light crate.
+const FORBIDDEN: [&str; 5] = [
+    "hf-hub",
+    "clap",
+    "candle-transformers",
+    "minijinja",
+    "atomrl-model",
+];
+
+fn main() -> Result<()> {
+    match Cli::parse().task {
+        Task::Check => check(),
+        Task::Deps => deps(),
+    }
+}
+
+fn cargo(args: &[&str]) -> Result<String> {
+    let out = Command::new(env!("CARGO"))
+        .args(args)
+        .output()
+        .with_context(|| format!("running cargo {}", args.join(" ")))?;
+    if !out.status.success() {
+        bail!(
+            "cargo {} failed:\n{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn run_step(args: &[&str]) -> Result<()> {
+    println!("== cargo {}", args.join(" "));
+    let status = Command::new(env!("CARGO")).args(args).status()?;
+    if !status.success() {
+        bail!("cargo {} failed", args.join(" "));
+    }
+    Ok(())
+}
+
+fn check() -> Result<()> {
+    run_step(&["fmt", "--all", "--", "--check"])?;
+    run_step(&[
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
+    run_step(&["test", "--workspace"])?;
+    deps()
+}
+
+/// `tokenizers` is tolerated only as candle-core's own dependency: every candle-core 0.11.x
+/// release depends on it unconditionally (for its GGUF tokenizer), so no crate built on candle
+/// can avoid it. Nothing of ours may add it, nor any forbidden crate.
+fn deps() -> Result<()> {
+    for krate in LIGHT_CRATES {
+        let tree = cargo(&[
+            "tree", "-p", krate, "-e", "normal", "--prefix", "none", "--format", "{p}",
+        ])?;
+        let names: Vec<&str> = tree
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        for bad in FORBIDDEN {
+            if names.contains(&bad) {
+                bail!("{krate} depends on {bad}; light crates must not");
+            }
+        }
+        if names.contains(&"tokenizers") {
+            let inverse = cargo(&[
+                "tree",
+                "-p",
+                krate,
+                "-e",
+                "normal",
+                "-i",
+                "tokenizers",
+                "--depth",
+                "1",
+                "--prefix",
+                "none",
+                "--format",
+                "{p}",
+            ])?;
+            let dependents: Vec<&str> = inverse
+                .lines()
+                .skip(1)
+                .filter_map(|l| l.split_whitespace().next())
+                .collect();
+            if dependents.iter().any(|d| *d != "candle-core") {
+                bail!("{krate}: tokenizers reached through {dependents:?}, not only candle-core");
+            }
+        }
+        let distinct: std::collections::BTreeSet<&str> = names.iter().copied().collect();
+        println!(
+            "{krate}: ok ({} crates; none of {})",
+            distinct.len(),
+            FORBIDDEN.join(", ")
+        );
+    }
+    Ok(())
+}

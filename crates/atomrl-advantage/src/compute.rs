@@ -158,7 +158,11 @@ mod tests {
 
     fn adv(r: &[f32], g: usize, mode: AdvantageMode) -> Vec<f32> {
         let t = Tensor::new(r, &Device::Cpu).unwrap();
-        compute_advantages(&t, g, mode, DEFAULT_EPS).unwrap().advantages.to_vec1().unwrap()
+        compute_advantages(&t, g, mode, DEFAULT_EPS)
+            .unwrap()
+            .advantages
+            .to_vec1()
+            .unwrap()
     }
 
     #[test]
@@ -189,17 +193,31 @@ mod tests {
     #[test]
     fn errors_name_the_argument() {
         let t = Tensor::new(&[1f32, 0.0, 0.5], &Device::Cpu).unwrap();
-        let e = compute_advantages(&t, 1, AdvantageMode::Grpo, 1e-6).unwrap_err().to_string();
+        let e = compute_advantages(&t, 1, AdvantageMode::Grpo, 1e-6)
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "compute_advantages: `group_size` must be >= 2, got 1");
-        let e = compute_advantages(&t, 2, AdvantageMode::Grpo, 1e-6).unwrap_err().to_string();
+        let e = compute_advantages(&t, 2, AdvantageMode::Grpo, 1e-6)
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "compute_advantages: `len(rewards)` must be a positive multiple of group_size = 2, got 3");
         let t = Tensor::new(&[1f32, f32::INFINITY], &Device::Cpu).unwrap();
-        let e = compute_advantages(&t, 2, AdvantageMode::Grpo, 1e-6).unwrap_err().to_string();
-        assert_eq!(e, "compute_advantages: `rewards[1]` must be finite, got inf");
+        let e = compute_advantages(&t, 2, AdvantageMode::Grpo, 1e-6)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "compute_advantages: `rewards[1]` must be finite, got inf"
+        );
         let t = Tensor::new(&[1f32, 0.0], &Device::Cpu).unwrap();
         assert!(compute_advantages(&t, 2, AdvantageMode::Grpo, 0.0).is_err());
         let t = Tensor::new(&[[1f32, 0.0]], &Device::Cpu).unwrap();
-        let e = compute_advantages(&t, 2, AdvantageMode::Grpo, 1e-6).unwrap_err().to_string();
-        assert_eq!(e, "compute_advantages: `rewards` has shape [1, 2], expected [N]");
+        let e = compute_advantages(&t, 2, AdvantageMode::Grpo, 1e-6)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "compute_advantages: `rewards` has shape [1, 2], expected [N]"
+        );
     }
 }

@@ -48,8 +48,16 @@ pub struct GroupFilter {
 pub fn filter_groups(metric: &Tensor, group_size: usize) -> Result<GroupFilter> {
     check_grouped_rewards(FUNC, "metric", metric, group_size)?;
     let values = flat_f64(FUNC, metric)?;
-    let keep: Vec<bool> = values.chunks(group_size).map(|g| !GroupStats::of(g).flat).collect();
-    let kept_groups: Vec<usize> = keep.iter().enumerate().filter(|(_, k)| **k).map(|(i, _)| i).collect();
+    let keep: Vec<bool> = values
+        .chunks(group_size)
+        .map(|g| !GroupStats::of(g).flat)
+        .collect();
+    let kept_groups: Vec<usize> = keep
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| **k)
+        .map(|(i, _)| i)
+        .collect();
     let mask: Vec<f64> = keep
         .iter()
         .flat_map(|&k| std::iter::repeat_n(if k { 1.0 } else { 0.0 }, group_size))

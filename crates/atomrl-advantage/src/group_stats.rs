@@ -17,12 +17,20 @@ impl GroupStats {
         let first = values[0];
         if values.iter().all(|&v| v == first) {
             // Treat zero spread exactly: the mean is the common value and the std is 0.
-            return Self { mean: first, std: 0.0, flat: true };
+            return Self {
+                mean: first,
+                std: 0.0,
+                flat: true,
+            };
         }
         let n = values.len() as f64;
         let mean = values.iter().sum::<f64>() / n;
         let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
-        Self { mean, std: var.sqrt(), flat: false }
+        Self {
+            mean,
+            std: var.sqrt(),
+            flat: false,
+        }
     }
 }
 
@@ -33,7 +41,14 @@ mod tests {
     #[test]
     fn equal_values_have_exact_zero_spread() {
         let s = GroupStats::of(&[0.1, 0.1, 0.1]);
-        assert_eq!(s, GroupStats { mean: 0.1, std: 0.0, flat: true });
+        assert_eq!(
+            s,
+            GroupStats {
+                mean: 0.1,
+                std: 0.0,
+                flat: true
+            }
+        );
     }
 
     #[test]

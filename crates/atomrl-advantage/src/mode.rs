@@ -25,7 +25,14 @@ pub enum AdvantageMode {
 
 impl AdvantageMode {
     /// Every mode's canonical name, in declaration order.
-    pub const NAMES: [&'static str; 6] = ["raw", "grpo", "grpo_no_std", "batch", "rloo", "reinforce_pp"];
+    pub const NAMES: [&'static str; 6] = [
+        "raw",
+        "grpo",
+        "grpo_no_std",
+        "batch",
+        "rloo",
+        "reinforce_pp",
+    ];
 
     /// Canonical name (as accepted by [`FromStr`] and `atomrl-fn`).
     pub fn name(self) -> &'static str {
@@ -64,7 +71,14 @@ impl FromStr for AdvantageMode {
             "batch" => Self::Batch,
             "rloo" => Self::Rloo,
             "reinforce_pp" | "reinforce_plus_plus_baseline" => Self::ReinforcePp,
-            other => return Err(Error::unknown_choice("compute_advantages", "mode", &Self::NAMES, other)),
+            other => {
+                return Err(Error::unknown_choice(
+                    "compute_advantages",
+                    "mode",
+                    &Self::NAMES,
+                    other,
+                ))
+            }
         })
     }
 }

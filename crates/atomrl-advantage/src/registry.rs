@@ -7,8 +7,14 @@ use crate::{compute_advantages, filter_groups, AdvantageMode, DEFAULT_EPS};
 /// The functions this crate registers with `atomrl-fn`.
 pub fn functions() -> Vec<AtomicFn> {
     vec![
-        AtomicFn { spec: COMPUTE_ADVANTAGES, run: run_compute_advantages },
-        AtomicFn { spec: FILTER_GROUPS, run: run_filter_groups },
+        AtomicFn {
+            spec: COMPUTE_ADVANTAGES,
+            run: run_compute_advantages,
+        },
+        AtomicFn {
+            spec: FILTER_GROUPS,
+            run: run_filter_groups,
+        },
     ]
 }
 
@@ -68,8 +74,17 @@ keep_mask[i] = keep_{i / G}
 A group whose completions all scored the same has zero advantage under every centring
 estimator, so DAPO drops it and samples more prompts to fill the batch.",
     inputs: &[
-        ArgSpec::tensor("metric", "[N]", "f32", "per-completion metric (reward or accuracy)"),
-        ArgSpec::required_option("group_size", "usize", "G, completions per prompt (>= 2, divides N)"),
+        ArgSpec::tensor(
+            "metric",
+            "[N]",
+            "f32",
+            "per-completion metric (reward or accuracy)",
+        ),
+        ArgSpec::required_option(
+            "group_size",
+            "usize",
+            "G, completions per prompt (>= 2, divides N)",
+        ),
     ],
     outputs: &[
         OutputSpec::new("keep_mask", "[N]", "f32", "1 for rows of kept groups"),

@@ -15,6 +15,7 @@
 
 pub mod compare;
 pub mod error;
+pub mod golden;
 pub mod registry;
 pub mod shape;
 pub mod stage;

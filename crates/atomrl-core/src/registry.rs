@@ -51,7 +51,15 @@ impl ArgSpec {
         dtype: &'static str,
         doc: &'static str,
     ) -> Self {
-        Self { name, kind: ArgKind::Tensor, shape, dtype, default: None, required: true, doc }
+        Self {
+            name,
+            kind: ArgKind::Tensor,
+            shape,
+            dtype,
+            default: None,
+            required: true,
+            doc,
+        }
     }
 
     /// An optional tensor argument.
@@ -61,7 +69,15 @@ impl ArgSpec {
         dtype: &'static str,
         doc: &'static str,
     ) -> Self {
-        Self { name, kind: ArgKind::Tensor, shape, dtype, default: None, required: false, doc }
+        Self {
+            name,
+            kind: ArgKind::Tensor,
+            shape,
+            dtype,
+            default: None,
+            required: false,
+            doc,
+        }
     }
 
     /// An option with a default value.
@@ -84,7 +100,15 @@ impl ArgSpec {
 
     /// An option that must be given.
     pub const fn required_option(name: &'static str, ty: &'static str, doc: &'static str) -> Self {
-        Self { name, kind: ArgKind::Option, shape: ty, dtype: ty, default: None, required: true, doc }
+        Self {
+            name,
+            kind: ArgKind::Option,
+            shape: ty,
+            dtype: ty,
+            default: None,
+            required: true,
+            doc,
+        }
     }
 
     /// An option that may be absent (no default).
@@ -102,12 +126,28 @@ impl ArgSpec {
 
     /// Text data (a string or array of strings), required.
     pub const fn text(name: &'static str, shape: &'static str, doc: &'static str) -> Self {
-        Self { name, kind: ArgKind::Text, shape, dtype: "string", default: None, required: true, doc }
+        Self {
+            name,
+            kind: ArgKind::Text,
+            shape,
+            dtype: "string",
+            default: None,
+            required: true,
+            doc,
+        }
     }
 
     /// A path argument, required.
     pub const fn path(name: &'static str, doc: &'static str) -> Self {
-        Self { name, kind: ArgKind::Path, shape: "path", dtype: "path", default: None, required: true, doc }
+        Self {
+            name,
+            kind: ArgKind::Path,
+            shape: "path",
+            dtype: "path",
+            default: None,
+            required: true,
+            doc,
+        }
     }
 
     /// The same argument, made optional (for text and path arguments).
@@ -138,7 +178,12 @@ impl OutputSpec {
         dtype: &'static str,
         doc: &'static str,
     ) -> Self {
-        Self { name, shape, dtype, doc }
+        Self {
+            name,
+            shape,
+            dtype,
+            doc,
+        }
     }
 }
 
@@ -199,5 +244,6 @@ pub fn check_example(f: &AtomicFn) -> std::result::Result<(), String> {
         .map_err(|e| format!("{}: example failed: {e}", f.spec.name))?
         .to_json()
         .map_err(|e| format!("{}: example output: {e}", f.spec.name))?;
-    json_close(&expected, &got, 1e-5, 1e-5).map_err(|e| format!("{}: example output {e}", f.spec.name))
+    json_close(&expected, &got, 1e-5, 1e-5)
+        .map_err(|e| format!("{}: example output {e}", f.spec.name))
 }

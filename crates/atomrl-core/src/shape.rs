@@ -46,7 +46,12 @@ pub fn expect_dims(
 pub fn expect_float(func: &str, arg: &str, t: &Tensor) -> Result<()> {
     match t.dtype() {
         DType::F16 | DType::BF16 | DType::F32 | DType::F64 => Ok(()),
-        other => Err(Error::value(func, arg, "a floating-point tensor", format!("{other:?}"))),
+        other => Err(Error::value(
+            func,
+            arg,
+            "a floating-point tensor",
+            format!("{other:?}"),
+        )),
     }
 }
 
@@ -101,7 +106,10 @@ pub fn unravel(mut flat: usize, dims: &[usize]) -> String {
         *slot = flat % d.max(1);
         flat /= d.max(1);
     }
-    idx.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    idx.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]
@@ -112,7 +120,9 @@ mod tests {
     #[test]
     fn rank_error_names_argument_and_shapes() {
         let t = Tensor::zeros((2, 3), DType::F32, &Device::Cpu).unwrap();
-        let err = expect_rank("f", "rewards", &t, 1, "[N]").unwrap_err().to_string();
+        let err = expect_rank("f", "rewards", &t, 1, "[N]")
+            .unwrap_err()
+            .to_string();
         assert_eq!(err, "f: `rewards` has shape [2, 3], expected [N]");
     }
 

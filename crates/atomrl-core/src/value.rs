@@ -27,7 +27,12 @@ impl Inputs {
     /// every required argument is present.
     pub fn from_json(spec: &FnSpec, value: Value) -> Result<Self> {
         let Value::Object(values) = value else {
-            return Err(Error::value(spec.name, "input", "a JSON object", json_kind(&value)));
+            return Err(Error::value(
+                spec.name,
+                "input",
+                "a JSON object",
+                json_kind(&value),
+            ));
         };
         Self::from_parts(spec, values, BTreeMap::new())
     }
@@ -38,7 +43,13 @@ impl Inputs {
         values: Map<String, Value>,
         tensors: BTreeMap<String, Tensor>,
     ) -> Result<Self> {
-        let known = || spec.inputs.iter().map(|a| a.name).collect::<Vec<_>>().join(", ");
+        let known = || {
+            spec.inputs
+                .iter()
+                .map(|a| a.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         for key in values.keys().chain(tensors.keys()) {
             if spec.input(key).is_none() {
                 return Err(Error::UnknownArgument {
@@ -59,7 +70,12 @@ impl Inputs {
                 return Err(Error::missing(spec.name, arg.name, what));
             }
         }
-        Ok(Self { func: spec.name, values, tensors, base_dir: None })
+        Ok(Self {
+            func: spec.name,
+            values,
+            tensors,
+            base_dir: None,
+        })
     }
 
     /// Sets the folder relative paths are also resolved against (the input file's folder).
@@ -94,10 +110,14 @@ impl Inputs {
         if let Some(t) = self.tensors.get(name) {
             return t.to_dtype(DType::F32).map(Some).ctx(self.func);
         }
-        let Some(v) = self.json(name) else { return Ok(None) };
+        let Some(v) = self.json(name) else {
+            return Ok(None);
+        };
         let (shape, data) = parse_tensor(self.func, name, v)?;
         let data: Vec<f32> = data.into_iter().map(|x| x as f32).collect();
-        Tensor::from_vec(data, shape, &Device::Cpu).map(Some).ctx(self.func)
+        Tensor::from_vec(data, shape, &Device::Cpu)
+            .map(Some)
+            .ctx(self.func)
     }
 
     /// A tensor of token ids (u32); every element must be a non-negative integer.
@@ -105,7 +125,9 @@ impl Inputs {
         let t = match self.tensors.get(name) {
             Some(t) => t.to_dtype(DType::F64).ctx(self.func)?,
             None => {
-                let v = self.json(name).ok_or_else(|| Error::missing(self.func, name, "a tensor of token ids"))?;
+                let v = self
+                    .json(name)
+                    .ok_or_else(|| Error::missing(self.func, name, "a tensor of token ids"))?;
                 let (shape, data) = parse_tensor(self.func, name, v)?;
                 Tensor::from_vec(data, shape, &Device::Cpu).ctx(self.func)?
             }
@@ -128,18 +150,41 @@ impl Inputs {
 
     /// Ragged lists of token ids (`[[1, 2], [3]]`).
     pub fn id_lists(&self, name: &str) -> Result<Vec<Vec<u32>>> {
-        let v = self.json(name).ok_or_else(|| Error::missing(self.func, name, "arrays of token ids"))?;
-        let rows = v.as_array().ok_or_else(|| Error::value(self.func, name, "an array of arrays of token ids", json_kind(v)))?;
+        let v = self
+            .json(name)
+            .ok_or_else(|| Error::missing(self.func, name, "arrays of token ids"))?;
+        let rows = v.as_array().ok_or_else(|| {
+            Error::value(
+                self.func,
+                name,
+                "an array of arrays of token ids",
+                json_kind(v),
+            )
+        })?;
         rows.iter()
             .enumerate()
             .map(|(i, row)| {
-                let row = row.as_array().ok_or_else(|| Error::value(self.func, format!("{name}[{i}]"), "an array of token ids", json_kind(row)))?;
+                let row = row.as_array().ok_or_else(|| {
+                    Error::value(
+                        self.func,
+                        format!("{name}[{i}]"),
+                        "an array of token ids",
+                        json_kind(row),
+                    )
+                })?;
                 row.iter()
                     .enumerate()
                     .map(|(j, x)| {
                         x.as_u64()
                             .and_then(|x| u32::try_from(x).ok())
-                            .ok_or_else(|| Error::value(self.func, format!("{name}[{i}][{j}]"), "a non-negative integer token id", x))
+                            .ok_or_else(|| {
+                                Error::value(
+                                    self.func,
+                                    format!("{name}[{i}][{j}]"),
+                                    "a non-negative integer token id",
+                                    x,
+                                )
+                            })
                     })
                     .collect()
             })
@@ -148,48 +193,69 @@ impl Inputs {
 
     /// A non-negative integer option (`4` or `4.0`).
     pub fn usize(&self, name: &str) -> Result<usize> {
-        self.opt_usize(name)?.ok_or_else(|| Error::missing(self.func, name, "a non-negative integer"))
+        self.opt_usize(name)?
+            .ok_or_else(|| Error::missing(self.func, name, "a non-negative integer"))
     }
 
     /// A non-negative integer option if given.
     pub fn opt_usize(&self, name: &str) -> Result<Option<usize>> {
-        let Some(v) = self.json(name) else { return Ok(None) };
-        let n = v.as_f64().filter(|x| *x >= 0.0 && x.fract() == 0.0 && *x <= usize::MAX as f64);
+        let Some(v) = self.json(name) else {
+            return Ok(None);
+        };
+        let n = v
+            .as_f64()
+            .filter(|x| *x >= 0.0 && x.fract() == 0.0 && *x <= usize::MAX as f64);
         n.map(|x| Some(x as usize))
             .ok_or_else(|| Error::value(self.func, name, "a non-negative integer", v))
     }
 
     /// A number option.
     pub fn f64(&self, name: &str) -> Result<f64> {
-        self.opt_f64(name)?.ok_or_else(|| Error::missing(self.func, name, "a number"))
+        self.opt_f64(name)?
+            .ok_or_else(|| Error::missing(self.func, name, "a number"))
     }
 
     /// A number option if given.
     pub fn opt_f64(&self, name: &str) -> Result<Option<f64>> {
-        let Some(v) = self.json(name) else { return Ok(None) };
-        v.as_f64().map(Some).ok_or_else(|| Error::value(self.func, name, "a number", v))
+        let Some(v) = self.json(name) else {
+            return Ok(None);
+        };
+        v.as_f64()
+            .map(Some)
+            .ok_or_else(|| Error::value(self.func, name, "a number", v))
     }
 
     /// A boolean option if given.
     pub fn opt_bool(&self, name: &str) -> Result<Option<bool>> {
-        let Some(v) = self.json(name) else { return Ok(None) };
-        v.as_bool().map(Some).ok_or_else(|| Error::value(self.func, name, "true or false", v))
+        let Some(v) = self.json(name) else {
+            return Ok(None);
+        };
+        v.as_bool()
+            .map(Some)
+            .ok_or_else(|| Error::value(self.func, name, "true or false", v))
     }
 
     /// A string option if given.
     pub fn opt_str(&self, name: &str) -> Result<Option<&str>> {
-        let Some(v) = self.json(name) else { return Ok(None) };
-        v.as_str().map(Some).ok_or_else(|| Error::value(self.func, name, "a string", v))
+        let Some(v) = self.json(name) else {
+            return Ok(None);
+        };
+        v.as_str()
+            .map(Some)
+            .ok_or_else(|| Error::value(self.func, name, "a string", v))
     }
 
     /// An array of strings (a single string is accepted as an array of one).
     pub fn strings(&self, name: &str) -> Result<Vec<String>> {
-        self.opt_strings(name)?.ok_or_else(|| Error::missing(self.func, name, "an array of strings"))
+        self.opt_strings(name)?
+            .ok_or_else(|| Error::missing(self.func, name, "an array of strings"))
     }
 
     /// An array of strings if given.
     pub fn opt_strings(&self, name: &str) -> Result<Option<Vec<String>>> {
-        let Some(v) = self.json(name) else { return Ok(None) };
+        let Some(v) = self.json(name) else {
+            return Ok(None);
+        };
         match v {
             Value::String(s) => Ok(Some(vec![s.clone()])),
             Value::Array(items) => items
@@ -202,14 +268,21 @@ impl Inputs {
                 })
                 .collect::<Result<Vec<_>>>()
                 .map(Some),
-            other => Err(Error::value(self.func, name, "an array of strings", json_kind(other))),
+            other => Err(Error::value(
+                self.func,
+                name,
+                "an array of strings",
+                json_kind(other),
+            )),
         }
     }
 
     /// A path option, resolved: as given if it exists, else against the input file's folder and
     /// each of its parents.
     pub fn path(&self, name: &str) -> Result<PathBuf> {
-        let raw = self.opt_str(name)?.ok_or_else(|| Error::missing(self.func, name, "a path"))?;
+        let raw = self
+            .opt_str(name)?
+            .ok_or_else(|| Error::missing(self.func, name, "a path"))?;
         let given = PathBuf::from(raw);
         if given.exists() || given.is_absolute() {
             return Ok(given);
@@ -232,15 +305,35 @@ fn parse_tensor(func: &str, name: &str, v: &Value) -> Result<(Vec<usize>, Vec<f6
         let shape = obj
             .get("shape")
             .and_then(Value::as_array)
-            .and_then(|s| s.iter().map(|d| d.as_u64().map(|d| d as usize)).collect::<Option<Vec<_>>>())
-            .ok_or_else(|| Error::value(func, format!("{name}.shape"), "an array of non-negative integers", obj.get("shape").unwrap_or(&Value::Null)))?;
-        let data = obj
-            .get("data")
-            .and_then(Value::as_array)
-            .ok_or_else(|| Error::value(func, format!("{name}.data"), "a flat array of numbers", obj.get("data").unwrap_or(&Value::Null)))?;
+            .and_then(|s| {
+                s.iter()
+                    .map(|d| d.as_u64().map(|d| d as usize))
+                    .collect::<Option<Vec<_>>>()
+            })
+            .ok_or_else(|| {
+                Error::value(
+                    func,
+                    format!("{name}.shape"),
+                    "an array of non-negative integers",
+                    obj.get("shape").unwrap_or(&Value::Null),
+                )
+            })?;
+        let data = obj.get("data").and_then(Value::as_array).ok_or_else(|| {
+            Error::value(
+                func,
+                format!("{name}.data"),
+                "a flat array of numbers",
+                obj.get("data").unwrap_or(&Value::Null),
+            )
+        })?;
         let numel: usize = shape.iter().product();
         if data.len() != numel {
-            return Err(Error::value(func, format!("{name}.data"), format!("{numel} numbers for shape {shape:?}"), format!("{} numbers", data.len())));
+            return Err(Error::value(
+                func,
+                format!("{name}.data"),
+                format!("{numel} numbers for shape {shape:?}"),
+                format!("{} numbers", data.len()),
+            ));
         }
         let data = data
             .iter()
@@ -272,16 +365,35 @@ fn flatten_nested(
     out: &mut Vec<f64>,
 ) -> Result<()> {
     let depth = index.len();
-    let at = || index.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+    let at = || {
+        index
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     if depth == shape.len() {
         out.push(number(func, name, &at(), v)?);
         return Ok(());
     }
     let Value::Array(items) = v else {
-        return Err(Error::value(func, format!("{name}[{}]", at()), format!("an array of {} elements (rectangular nesting)", shape[depth]), json_kind(v)));
+        return Err(Error::value(
+            func,
+            format!("{name}[{}]", at()),
+            format!(
+                "an array of {} elements (rectangular nesting)",
+                shape[depth]
+            ),
+            json_kind(v),
+        ));
     };
     if items.len() != shape[depth] {
-        return Err(Error::value(func, format!("{name}[{}]", at()), format!("{} elements (rows must have equal lengths)", shape[depth]), format!("{} elements", items.len())));
+        return Err(Error::value(
+            func,
+            format!("{name}[{}]", at()),
+            format!("{} elements (rows must have equal lengths)", shape[depth]),
+            format!("{} elements", items.len()),
+        ));
     }
     for (i, item) in items.iter().enumerate() {
         index.push(i);
@@ -292,7 +404,15 @@ fn flatten_nested(
 }
 
 fn number(func: &str, name: &str, at: &str, v: &Value) -> Result<f64> {
-    v.as_f64().ok_or_else(|| Error::value(func, format!("{name}[{at}]"), "a number", json_kind(v)))
+    // Non-finite numbers arrive as strings (JSON has no NaN); let finiteness checks name them.
+    match v.as_str() {
+        Some("NaN") => Ok(f64::NAN),
+        Some("Infinity") => Ok(f64::INFINITY),
+        Some("-Infinity") => Ok(f64::NEG_INFINITY),
+        _ => v
+            .as_f64()
+            .ok_or_else(|| Error::value(func, format!("{name}[{at}]"), "a number", json_kind(v))),
+    }
 }
 
 fn json_kind(v: &Value) -> String {
@@ -335,7 +455,8 @@ impl Outputs {
 
     /// Adds a tensor output.
     pub fn tensor(mut self, name: &str, t: &Tensor) -> Self {
-        self.items.push((name.into(), OutputValue::Tensor(t.clone())));
+        self.items
+            .push((name.into(), OutputValue::Tensor(t.clone())));
         self
     }
 
@@ -379,7 +500,9 @@ impl Outputs {
         for (name, v) in &self.items {
             let json = match v {
                 OutputValue::Tensor(t) => tensor_to_json(t)?,
-                OutputValue::Scalar(x) => serde_json::Number::from_f64(*x).map_or(Value::Null, Value::Number),
+                OutputValue::Scalar(x) => {
+                    serde_json::Number::from_f64(*x).map_or(Value::Null, Value::Number)
+                }
                 OutputValue::Int(x) => Value::from(*x),
                 OutputValue::Strings(s) => Value::from(s.clone()),
                 OutputValue::Json(v) => v.clone(),
@@ -402,8 +525,7 @@ impl Outputs {
             };
             tensors.insert(name.clone(), t);
         }
-        candle_core::safetensors::save(&tensors, path)
-            .map_err(|e| Error::file(path.display(), e))
+        candle_core::safetensors::save(&tensors, path).map_err(|e| Error::file(path.display(), e))
     }
 }
 
@@ -413,17 +535,43 @@ pub fn tensor_to_json(t: &Tensor) -> Result<Value> {
     let func = "tensor_to_json";
     let flat = t.flatten_all().ctx(func)?;
     let data = match t.dtype() {
-        DType::F32 => Value::from(flat.to_vec1::<f32>().ctx(func)?.into_iter().map(f32_json).collect::<Vec<_>>()),
-        DType::F64 => Value::from(flat.to_vec1::<f64>().ctx(func)?.into_iter().map(f64_json).collect::<Vec<_>>()),
-        DType::U8 | DType::U32 | DType::I64 => Value::from(flat.to_dtype(DType::I64).ctx(func)?.to_vec1::<i64>().ctx(func)?),
-        _ => Value::from(flat.to_dtype(DType::F32).ctx(func)?.to_vec1::<f32>().ctx(func)?.into_iter().map(f32_json).collect::<Vec<_>>()),
+        DType::F32 => Value::from(
+            flat.to_vec1::<f32>()
+                .ctx(func)?
+                .into_iter()
+                .map(f32_json)
+                .collect::<Vec<_>>(),
+        ),
+        DType::F64 => Value::from(
+            flat.to_vec1::<f64>()
+                .ctx(func)?
+                .into_iter()
+                .map(f64_json)
+                .collect::<Vec<_>>(),
+        ),
+        DType::U8 | DType::U32 | DType::I64 => Value::from(
+            flat.to_dtype(DType::I64)
+                .ctx(func)?
+                .to_vec1::<i64>()
+                .ctx(func)?,
+        ),
+        _ => Value::from(
+            flat.to_dtype(DType::F32)
+                .ctx(func)?
+                .to_vec1::<f32>()
+                .ctx(func)?
+                .into_iter()
+                .map(f32_json)
+                .collect::<Vec<_>>(),
+        ),
     };
     Ok(serde_json::json!({ "shape": t.dims(), "data": data }))
 }
 
 fn f32_json(x: f32) -> Value {
-    // serde_json writes f32 with the shortest decimal that round-trips; NaN/Inf become null.
-    serde_json::to_value(x).unwrap_or(Value::Null)
+    // JSON numbers are f64; going through f32's shortest round-trip decimal prints 0.8660239
+    // rather than the widened 0.8660238981246948. NaN/Inf become null.
+    format!("{x}").parse::<f64>().map_or(Value::Null, f64_json)
 }
 
 fn f64_json(x: f64) -> Value {
@@ -453,7 +601,11 @@ mod tests {
     #[test]
     fn nested_and_flat_tensors_parse_the_same() {
         let a = Inputs::from_json(&SPEC, json!({"x": [[1, 2, 3], [4, 5, 6]]})).unwrap();
-        let b = Inputs::from_json(&SPEC, json!({"x": {"shape": [2, 3], "data": [1, 2, 3, 4, 5, 6]}})).unwrap();
+        let b = Inputs::from_json(
+            &SPEC,
+            json!({"x": {"shape": [2, 3], "data": [1, 2, 3, 4, 5, 6]}}),
+        )
+        .unwrap();
         let (ta, tb) = (a.float_tensor("x").unwrap(), b.float_tensor("x").unwrap());
         assert_eq!(ta.dims(), &[2, 3]);
         assert_eq!(ta.to_vec2::<f32>().unwrap(), tb.to_vec2::<f32>().unwrap());
@@ -465,14 +617,25 @@ mod tests {
         let e = i.float_tensor("x").unwrap_err().to_string();
         assert!(e.contains("`x[1]`") && e.contains("2 elements"), "{e}");
         let i = Inputs::from_json(&SPEC, json!({"x": [[1, null]]})).unwrap();
-        assert!(i.float_tensor("x").unwrap_err().to_string().contains("`x[0, 1]` must be a number"));
+        assert!(i
+            .float_tensor("x")
+            .unwrap_err()
+            .to_string()
+            .contains("`x[0, 1]` must be a number"));
     }
 
     #[test]
     fn unknown_and_missing_fields_are_rejected() {
-        let e = Inputs::from_json(&SPEC, json!({"x": [1], "kk": 1})).unwrap_err().to_string();
-        assert!(e.contains("unknown argument `kk`") && e.contains("x, k"), "{e}");
-        let e = Inputs::from_json(&SPEC, json!({"k": 1})).unwrap_err().to_string();
+        let e = Inputs::from_json(&SPEC, json!({"x": [1], "kk": 1}))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unknown argument `kk`") && e.contains("x, k"),
+            "{e}"
+        );
+        let e = Inputs::from_json(&SPEC, json!({"k": 1}))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("missing required argument `x`"), "{e}");
     }
 
@@ -487,7 +650,14 @@ mod tests {
     #[test]
     fn outputs_serialise_tensors_flat() {
         let t = Tensor::new(&[[0.5f32, 1.0], [2.0, 3.0]], &Device::Cpu).unwrap();
-        let out = Outputs::new().tensor("t", &t).scalar("s", 0.25).to_json().unwrap();
-        assert_eq!(out, json!({"t": {"shape": [2, 2], "data": [0.5, 1.0, 2.0, 3.0]}, "s": 0.25}));
+        let out = Outputs::new()
+            .tensor("t", &t)
+            .scalar("s", 0.25)
+            .to_json()
+            .unwrap();
+        assert_eq!(
+            out,
+            json!({"t": {"shape": [2, 2], "data": [0.5, 1.0, 2.0, 3.0]}, "s": 0.25})
+        );
     }
 }
