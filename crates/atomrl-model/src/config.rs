@@ -130,7 +130,7 @@ impl ModelConfig {
             num_hidden_layers,
             num_attention_heads,
             num_key_value_heads,
-            head_dim: if num_attention_heads == 0 { 0 } else { hidden_size / num_attention_heads },
+            head_dim: hidden_size.checked_div(num_attention_heads).unwrap_or(0),
             rms_norm_eps: 1e-6,
             rope_theta: 10000.0,
             tie_word_embeddings: true,
@@ -214,8 +214,7 @@ impl ModelConfig {
         let num_attention_heads = usize_field("num_attention_heads")?;
         let head_dim = match obj.get("head_dim").and_then(Value::as_u64) {
             Some(h) => h as usize,
-            None if num_attention_heads > 0 => hidden_size / num_attention_heads,
-            None => 0,
+            None => hidden_size.checked_div(num_attention_heads).unwrap_or(0),
         };
         let rope = obj.get("rope_parameters").or_else(|| obj.get("rope_scaling")).filter(|v| !v.is_null());
         if let Some(rope) = rope {

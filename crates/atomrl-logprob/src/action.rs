@@ -1,0 +1,136 @@
+//! Log-probabilities of the action (completion) tokens under a model.
+
+use atomrl_core::{CandleContext, Error, Result};
+use atomrl_model::{CausalLm, ForwardInput};
+use candle_core::{DType, Tensor};
+
+use crate::selective::{check_ids, check_temperature, rows_log_softmax, TokenLogProbs, DEFAULT_CHUNK_ELEMENTS};
+
+/// Log-probabilities (and entropies) of the last `logits_to_keep` tokens of each row under
+/// `model`, at `temperature`: token `t` is scored by the logits at position `t − 1`.
+///
+/// Runs one forward pass for the hidden states, then applies the LM head and the
+/// log-softmax a chunk of rows at a time, so the `[N, T, V]` logits are never materialised
+/// whole (beyond one chunk). Works with left and right padding (positions come from the mask);
+/// outputs are 0 where the target token is padding (`attention_mask = 0`). Differentiable
+/// with respect to the model's trainable variables.
+///
+/// # Shapes
+/// `input_ids [N, L]` (integer), `attention_mask [N, L]` (0/1, any numeric dtype),
+/// `1 ≤ logits_to_keep = T ≤ L − 1` → `log_probs [N, T]`, `entropy [N, T]` (f32, or f64 for
+/// an f64 model).
+///
+/// # Errors
+/// [`Error::Shape`] for mismatched shapes or `T` out of range, [`Error::Value`] for a token
+/// id `≥ V` (naming `input_ids`), a non-0/1 mask, or a temperature that is not a finite
+/// positive number.
+///
+/// ```
+/// use atomrl_logprob::get_action_log_probs;
+/// use atomrl_model::CausalLm;
+/// use candle_core::{DType, Device, Tensor};
+/// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen3");
+/// let model = CausalLm::from_hf_dir(dir, DType::F32, &Device::Cpu)?;
+/// // Left-padded prompt of 2 tokens + 3 completion tokens (the last one padding).
+/// let ids = Tensor::new(&[[0u32, 10, 11, 12, 13, 0]], &Device::Cpu)?;
+/// let mask = Tensor::new(&[[0u32, 1, 1, 1, 1, 0]], &Device::Cpu)?;
+/// let out = get_action_log_probs(&model, &ids, &mask, 3, 1.0, true)?;
+/// let lp = out.log_probs.to_vec2::<f32>()?;
+/// assert_eq!(lp[0].len(), 3);
+/// assert!(lp[0][0] < 0.0 && lp[0][2] == 0.0);
+/// assert_eq!(out.entropy.unwrap().dims(), &[1, 3]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn get_action_log_probs(
+    model: &CausalLm,
+    input_ids: &Tensor,
+    attention_mask: &Tensor,
+    logits_to_keep: usize,
+    temperature: f64,
+    with_entropy: bool,
+) -> Result<TokenLogProbs> {
+    get_action_log_probs_chunked(model, input_ids, attention_mask, logits_to_keep, temperature, with_entropy, DEFAULT_CHUNK_ELEMENTS)
+}
+
+/// [`get_action_log_probs`] with an explicit chunk size (elements of the `[rows, V]` logits
+/// chunk; at least one row).
+///
+/// # Shapes
+/// As [`get_action_log_probs`].
+///
+/// # Errors
+/// As [`get_action_log_probs`].
+///
+/// ```
+/// use atomrl_logprob::{get_action_log_probs, get_action_log_probs_chunked};
+/// use atomrl_model::CausalLm;
+/// use candle_core::{DType, Device, Tensor};
+/// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+/// let model = CausalLm::from_hf_dir(dir, DType::F32, &Device::Cpu)?;
+/// let ids = Tensor::new(&[[5u32, 6, 7, 8], [9, 10, 0, 0]], &Device::Cpu)?;
+/// let mask = Tensor::new(&[[1u32, 1, 1, 1], [1, 1, 0, 0]], &Device::Cpu)?;
+/// let a = get_action_log_probs(&model, &ids, &mask, 3, 1.0, false)?.log_probs;
+/// let b = get_action_log_probs_chunked(&model, &ids, &mask, 3, 1.0, false, 1)?.log_probs;
+/// assert!((a - b)?.abs()?.max_all()?.to_scalar::<f32>()? < 1e-6);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn get_action_log_probs_chunked(
+    model: &CausalLm,
+    input_ids: &Tensor,
+    attention_mask: &Tensor,
+    logits_to_keep: usize,
+    temperature: f64,
+    with_entropy: bool,
+    chunk_elements: usize,
+) -> Result<TokenLogProbs> {
+    let func = "get_action_log_probs";
+    check_temperature(func, temperature)?;
+    let (n, l) = match input_ids.dims() {
+        &[n, l] if l >= 2 => (n, l),
+        d => return Err(Error::shape(func, "input_ids", "[N, L] with L >= 2", d)),
+    };
+    if attention_mask.dims() != [n, l] {
+        return Err(Error::shape(func, "attention_mask", format!("[N, L] = [{n}, {l}]"), attention_mask.dims()));
+    }
+    if logits_to_keep == 0 || logits_to_keep > l - 1 {
+        return Err(Error::value(func, "logits_to_keep", format!("in 1..={} (L - 1)", l - 1), logits_to_keep));
+    }
+    if input_ids.dtype().is_float() {
+        return Err(Error::value(func, "input_ids", "an integer tensor of token ids", format!("{:?}", input_ids.dtype())));
+    }
+    let ids = input_ids.to_dtype(DType::U32).ctx(func)?;
+    let vocab = model.config().vocab_size;
+    check_ids(func, "input_ids", &ids, vocab)?;
+    let mask = attention_mask.to_dtype(DType::F32).ctx(func)?;
+    let mask_values: Vec<f32> = mask.flatten_all().and_then(|m| m.to_vec1()).ctx(func)?;
+    if let Some(i) = mask_values.iter().position(|&m| m != 0.0 && m != 1.0) {
+        return Err(Error::value(
+            func,
+            format!("attention_mask[{}]", atomrl_core::shape::unravel(i, &[n, l])),
+            "0 or 1",
+            mask_values[i],
+        ));
+    }
+    let t = logits_to_keep;
+    let hidden = model.forward_hidden(&ForwardInput::new(ids.clone()).with_attention_mask(mask.clone()), None)?;
+    let h = hidden.dims()[2];
+    let hidden = hidden.narrow(1, l - 1 - t, t).and_then(|x| x.contiguous()).and_then(|x| x.reshape((n * t, h))).ctx(func)?;
+    let targets = ids.narrow(1, l - t, t).and_then(|x| x.contiguous()).and_then(|x| x.reshape(n * t)).ctx(func)?;
+    let (lp, ent) = rows_log_softmax(
+        func,
+        n * t,
+        chunk_elements / vocab,
+        with_entropy,
+        |start, len| {
+            let logits = model.logits(&hidden.narrow(0, start, len)?).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+            Ok((logits, targets.narrow(0, start, len)?))
+        },
+        temperature,
+    )?;
+    let keep = mask.narrow(1, l - t, t).ctx(func)?;
+    let shape = |x: Tensor| -> Result<Tensor> {
+        let x = x.reshape((n, t)).ctx(func)?;
+        x.mul(&keep.to_dtype(x.dtype()).ctx(func)?).ctx(func)
+    };
+    Ok(TokenLogProbs { log_probs: shape(lp)?, entropy: ent.map(shape).transpose()? })
+}

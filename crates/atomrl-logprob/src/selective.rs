@@ -1,0 +1,185 @@
+//! Selective log-softmax: the log-probability of one chosen token per row, and the entropy,
+//! computed a chunk of rows at a time.
+
+use atomrl_core::{CandleContext, Error, Result};
+use candle_core::{DType, Tensor, D};
+
+/// Default number of `V`-wide rows processed at once: chunks are capped at
+/// [`DEFAULT_CHUNK_ELEMENTS`] elements, e.g. 110 rows for Qwen's 151,936-token vocabulary.
+pub const DEFAULT_CHUNK_ELEMENTS: usize = 1 << 24;
+
+/// Per-token log-probabilities and (optionally) entropies.
+///
+/// # Shapes
+/// `log_probs [N, T]`, `entropy [N, T]`, in f32 (the logits' dtype when it is f64).
+#[derive(Debug, Clone)]
+pub struct TokenLogProbs {
+    /// `log softmax(logits / temperature)[token]`.
+    pub log_probs: Tensor,
+    /// `−Σ p log p` of `softmax(logits / temperature)`, when requested.
+    pub entropy: Option<Tensor>,
+}
+
+/// Checks `temperature > 0` and finite.
+pub(crate) fn check_temperature(func: &str, temperature: f64) -> Result<()> {
+    if !(temperature.is_finite() && temperature > 0.0) {
+        return Err(Error::value(func, "temperature", "a finite number > 0", temperature));
+    }
+    Ok(())
+}
+
+/// `log softmax(logits / temperature)` at `tokens`, and optionally the entropy, computed
+/// [`DEFAULT_CHUNK_ELEMENTS`] at a time: beyond the logits themselves, at most one chunk of
+/// `[rows, V]` temporaries is alive at once. Differentiable with respect to `logits`.
+///
+/// # Shapes
+/// `logits [N, T, V]` (any float dtype; half precision is computed in f32), `tokens [N, T]`
+/// (integer) → [`TokenLogProbs`] with `[N, T]` tensors.
+///
+/// # Errors
+/// [`Error::Shape`] for mismatched shapes, [`Error::Value`] for a token `≥ V` or a
+/// temperature that is not a finite positive number.
+///
+/// ```
+/// use atomrl_logprob::selective_log_softmax;
+/// use candle_core::{Device, Tensor};
+/// let logits = Tensor::new(&[[[0f32, 0.0], [2.0f32.ln(), 0.0]]], &Device::Cpu)?;
+/// let tokens = Tensor::new(&[[1u32, 0]], &Device::Cpu)?;
+/// let out = selective_log_softmax(&logits, &tokens, 1.0, true)?;
+/// let lp = out.log_probs.to_vec2::<f32>()?;
+/// assert!((lp[0][0] - 0.5f32.ln()).abs() < 1e-6 && (lp[0][1] - (2f32 / 3.0).ln()).abs() < 1e-6);
+/// let h = out.entropy.unwrap().to_vec2::<f32>()?;
+/// assert!((h[0][0] - 2f32.ln()).abs() < 1e-6);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn selective_log_softmax(logits: &Tensor, tokens: &Tensor, temperature: f64, with_entropy: bool) -> Result<TokenLogProbs> {
+    selective_log_softmax_chunked(logits, tokens, temperature, with_entropy, DEFAULT_CHUNK_ELEMENTS)
+}
+
+/// [`selective_log_softmax`] with an explicit chunk size in elements (at least one row).
+///
+/// # Shapes
+/// As [`selective_log_softmax`].
+///
+/// # Errors
+/// As [`selective_log_softmax`].
+///
+/// ```
+/// use atomrl_logprob::{selective_log_softmax, selective_log_softmax_chunked};
+/// use candle_core::{Device, Tensor};
+/// let logits = Tensor::randn(0f32, 1.0, (2, 3, 5), &Device::Cpu)?;
+/// let tokens = Tensor::new(&[[0u32, 1, 2], [3, 4, 0]], &Device::Cpu)?;
+/// let a = selective_log_softmax(&logits, &tokens, 0.7, false)?.log_probs;
+/// let b = selective_log_softmax_chunked(&logits, &tokens, 0.7, false, 1)?.log_probs;
+/// let d = (a - b)?.abs()?.max_all()?.to_scalar::<f32>()?;
+/// assert!(d < 1e-6);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn selective_log_softmax_chunked(
+    logits: &Tensor,
+    tokens: &Tensor,
+    temperature: f64,
+    with_entropy: bool,
+    chunk_elements: usize,
+) -> Result<TokenLogProbs> {
+    let func = "selective_log_softmax";
+    check_temperature(func, temperature)?;
+    let (n, t, v) = match logits.dims() {
+        &[n, t, v] if v > 0 => (n, t, v),
+        d => return Err(Error::shape(func, "logits", "[N, T, V] with V >= 1", d)),
+    };
+    if !logits.dtype().is_float() {
+        return Err(Error::value(func, "logits", "a float tensor", format!("{:?}", logits.dtype())));
+    }
+    if tokens.dims() != [n, t] {
+        return Err(Error::shape(func, "tokens", format!("[N, T] = [{n}, {t}]"), tokens.dims()));
+    }
+    let tokens = tokens.to_dtype(DType::U32).ctx(func)?;
+    check_ids(func, "tokens", &tokens, v)?;
+    let rows = n * t;
+    if rows == 0 {
+        let dtype = if logits.dtype() == DType::F64 { DType::F64 } else { DType::F32 };
+        let z = Tensor::zeros((n, t), dtype, logits.device()).ctx(func)?;
+        return Ok(TokenLogProbs { log_probs: z.clone(), entropy: with_entropy.then_some(z) });
+    }
+    let flat = logits.reshape((rows, v)).ctx(func)?;
+    let flat_tokens = tokens.reshape(rows).ctx(func)?;
+    let out = rows_log_softmax(func, rows, chunk_elements / v, with_entropy, |start, len| {
+        Ok((flat.narrow(0, start, len)?, flat_tokens.narrow(0, start, len)?))
+    }, temperature)?;
+    Ok(TokenLogProbs {
+        log_probs: out.0.reshape((n, t)).ctx(func)?,
+        entropy: out.1.map(|e| e.reshape((n, t))).transpose().ctx(func)?,
+    })
+}
+
+/// Runs the chunked computation over `rows` rows, fetching each chunk's logits `[len, V]` and
+/// tokens `[len]` from `chunk`. Returns flat `[rows]` log-probs and entropies.
+pub(crate) fn rows_log_softmax(
+    func: &str,
+    rows: usize,
+    chunk_rows: usize,
+    with_entropy: bool,
+    chunk: impl Fn(usize, usize) -> candle_core::Result<(Tensor, Tensor)>,
+    temperature: f64,
+) -> Result<(Tensor, Option<Tensor>)> {
+    let chunk_rows = chunk_rows.max(1);
+    let mut lps = Vec::new();
+    let mut ents = Vec::new();
+    let mut start = 0;
+    while start < rows {
+        let len = chunk_rows.min(rows - start);
+        let (logits, tokens) = chunk(start, len).ctx(func)?;
+        let (lp, ent) = chunk_log_softmax(&logits, &tokens, temperature, with_entropy).ctx(func)?;
+        lps.push(lp);
+        ents.extend(ent);
+        start += len;
+    }
+    let lp = Tensor::cat(&lps, 0).ctx(func)?;
+    let ent = if with_entropy { Some(Tensor::cat(&ents, 0).ctx(func)?) } else { None };
+    Ok((lp, ent))
+}
+
+/// One chunk: `logits [R, V]`, `tokens [R]` → `log_probs [R]`, `entropy [R]`.
+fn chunk_log_softmax(
+    logits: &Tensor,
+    tokens: &Tensor,
+    temperature: f64,
+    with_entropy: bool,
+) -> candle_core::Result<(Tensor, Option<Tensor>)> {
+    let x = match logits.dtype() {
+        DType::F64 | DType::F32 => logits.clone(),
+        _ => logits.to_dtype(DType::F32)?,
+    };
+    let x = if temperature == 1.0 { x } else { x.affine(1.0 / temperature, 0.0)? };
+    // Shifted by the (detached) row max: log-softmax does not depend on the shift.
+    let max = x.max_keepdim(D::Minus1)?.detach();
+    let shifted = x.broadcast_sub(&max)?;
+    let exp = shifted.exp()?;
+    let sum = exp.sum_keepdim(D::Minus1)?;
+    let log_sum = sum.log()?;
+    let chosen = shifted.gather(&tokens.unsqueeze(1)?, 1)?;
+    let lp = (chosen - &log_sum)?.squeeze(1)?;
+    let ent = if with_entropy {
+        // H = log Σe − Σ e·s / Σe, with s the shifted logits.
+        let weighted = (exp * &shifted)?.sum_keepdim(D::Minus1)?;
+        Some((log_sum - weighted.broadcast_div(&sum)?)?.squeeze(1)?)
+    } else {
+        None
+    };
+    Ok((lp, ent))
+}
+
+/// Checks that every id is below `vocab`, naming the argument and the first offender.
+pub(crate) fn check_ids(func: &str, arg: &str, ids: &Tensor, vocab: usize) -> Result<()> {
+    let flat: Vec<u32> = ids.flatten_all().and_then(|t| t.to_vec1()).ctx(func)?;
+    if let Some(i) = flat.iter().position(|&x| x as usize >= vocab) {
+        return Err(Error::value(
+            func,
+            format!("{arg}[{}]", atomrl_core::shape::unravel(i, ids.dims())),
+            format!("a token id in [0, {vocab})"),
+            flat[i],
+        ));
+    }
+    Ok(())
+}
