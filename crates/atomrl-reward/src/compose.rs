@@ -320,3 +320,112 @@ fn kind(v: &Value) -> String {
         Value::Object(_) => "an object".into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Correctness, FnReward, HardFormat};
+
+    fn nan_at_row_1() -> FnReward<impl Fn(&str, &RewardContext, usize) -> f32 + Send + Sync> {
+        FnReward::new(
+            "mine",
+            |_: &str, _: &RewardContext, i: usize| if i == 1 { f32::NAN } else { 0.5 },
+        )
+    }
+
+    struct WrongShape;
+
+    impl RewardFn for WrongShape {
+        fn name(&self) -> &str {
+            "wrong"
+        }
+
+        fn score(&self, _: &[String], _: &RewardContext) -> Result<Tensor> {
+            Tensor::zeros((2, 2), candle_core::DType::F32, &Device::Cpu).ctx("wrong")
+        }
+    }
+
+    fn completions() -> Vec<String> {
+        vec!["12".into(), "13".into()]
+    }
+
+    #[test]
+    fn nan_is_reported_with_function_and_row() {
+        let w = WeightedRewards::new()
+            .with(Correctness::default(), 1.0)
+            .unwrap()
+            .with(nan_at_row_1(), 1.0)
+            .unwrap();
+        let ctx = RewardContext::new().with_ground_truth(["12", "12"]);
+        let e = w.score(&completions(), &ctx).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "compose_rewards: `mine[1]` must be a finite reward, got NaN"
+        );
+    }
+
+    #[test]
+    fn wrong_shapes_lengths_names_and_weights_are_rejected() {
+        let w = WeightedRewards::new().with(WrongShape, 1.0).unwrap();
+        let e = w
+            .score(&completions(), &RewardContext::new())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("rewards of `wrong`") && e.contains("[N] = [2]"),
+            "{e}"
+        );
+
+        let w = WeightedRewards::new()
+            .with(HardFormat::default(), 1.0)
+            .unwrap();
+        let ctx = RewardContext::new().with_prompts(["p"]);
+        let e = w.score(&completions(), &ctx).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "RewardContext: `prompts` must be N = 2 entries (one per completion), got 1 entries"
+        );
+
+        let w = WeightedRewards::new()
+            .with(Correctness::default(), 1.0)
+            .unwrap();
+        let e = w
+            .score(&completions(), &RewardContext::new())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("correctness: missing required argument `ground_truth`"),
+            "{e}"
+        );
+
+        assert!(WeightedRewards::new()
+            .with(HardFormat::default(), 1.0)
+            .unwrap()
+            .with(HardFormat::default(), 1.0)
+            .is_err());
+        assert!(WeightedRewards::new()
+            .with(HardFormat::default(), f32::NAN)
+            .is_err());
+        assert!(WeightedRewards::new()
+            .score(&completions(), &RewardContext::new())
+            .is_err());
+        assert!(
+            WeightedRewards::from_config(&serde_json::json!([{"name": "mark", "wieght": 1}]))
+                .is_err()
+        );
+        assert!(WeightedRewards::from_config(&serde_json::json!({"name": "mark"})).is_err());
+    }
+
+    #[test]
+    fn compose_rewards_matches_weighted_rewards() {
+        let (c, h) = (Correctness::default(), HardFormat::default());
+        let ctx = RewardContext::new().with_ground_truth(["12", "12"]);
+        let a = compose_rewards(&[(&c, 2.0), (&h, -1.0)], &completions(), &ctx).unwrap();
+        assert_eq!(a.total.to_vec1::<f32>().unwrap(), vec![2.0, 0.0]);
+        assert_eq!(a.weights, vec![2.0, -1.0]);
+        assert_eq!(a.per_fn.dims(), &[2, 2]);
+        // Zero completions give empty tensors, not an error.
+        let empty = compose_rewards(&[(&h, 1.0)], &[], &RewardContext::new()).unwrap();
+        assert_eq!(empty.per_fn.dims(), &[0, 1]);
+    }
+}

@@ -199,15 +199,12 @@ fn non_empty(s: &str) -> Option<&str> {
 
 fn answer_tag<'a>(text: &'a str, tags: &Tags) -> Option<&'a str> {
     let (open, close) = (tags.open_answer(), tags.close_answer());
-    let mut search_end = text.len();
-    while let Some(pos) = text[..search_end].rfind(&open) {
-        let start = pos + open.len();
-        if let Some(len) = text[start..].find(&close) {
-            return non_empty(&text[start..start + len]);
-        }
-        search_end = pos;
-    }
-    None
+    // The last opening tag with a closing tag after it is the last one that ends before the
+    // last closing tag starts.
+    let last_close = text.rfind(&close)?;
+    let start = text[..last_close].rfind(&open)? + open.len();
+    let len = text[start..].find(&close)?;
+    non_empty(&text[start..start + len])
 }
 
 /// The content of the last balanced `\boxed{…}` / `\fbox{…}` in `text`.
@@ -218,6 +215,9 @@ pub(crate) fn boxed(text: &str) -> Option<&str> {
         .map(|(i, m)| i + m.len())
         .collect();
     starts.sort_unstable();
+    // A brace opened at or after `limit` never closes, so neither does any group that contains
+    // it: scans stop there (keeps many unclosed `\boxed{` linear).
+    let mut limit = text.len();
     for &after in starts.iter().rev() {
         let rest = &text[after..];
         let trimmed = rest.trim_start_matches(' ');
@@ -225,8 +225,12 @@ pub(crate) fn boxed(text: &str) -> Option<&str> {
             continue;
         }
         let open = after + (rest.len() - trimmed.len());
+        if open >= limit {
+            continue;
+        }
         let mut depth = 0usize;
-        for (k, c) in text[open..].char_indices() {
+        let mut closed = false;
+        for (k, c) in text[open..limit].char_indices() {
             match c {
                 '{' => depth += 1,
                 '}' => {
@@ -235,11 +239,15 @@ pub(crate) fn boxed(text: &str) -> Option<&str> {
                         if let Some(s) = non_empty(&text[open + 1..open + k]) {
                             return Some(s);
                         }
+                        closed = true;
                         break;
                     }
                 }
                 _ => {}
             }
+        }
+        if !closed {
+            limit = open;
         }
     }
     None
@@ -313,6 +321,31 @@ mod tests {
         assert_eq!(boxed("\\boxed {7}"), Some("7"));
         assert_eq!(boxed("\\fbox{8}"), Some("8"));
         assert_eq!(boxed("\\boxed{}"), None);
+        assert_eq!(boxed("\\boxed{\\boxed{5} \\boxed{"), Some("5"));
+        assert_eq!(boxed("\\boxed{ {1} \\boxed{ } }"), Some("{1} \\boxed{ }"));
+    }
+
+    #[test]
+    fn degenerate_inputs_stay_linear() {
+        let started = std::time::Instant::now();
+        for unit in [
+            "<answer>",
+            "\\boxed{",
+            "</answer>",
+            "####",
+            "1,",
+            "\\frac{1}{",
+            "-",
+        ] {
+            let text = unit.repeat(20_000);
+            let _ = extract_answer(&text, &ExtractOptions::default());
+            let _ = crate::correctness::whole_number(&text);
+        }
+        assert!(
+            started.elapsed().as_secs_f64() < 2.0,
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]

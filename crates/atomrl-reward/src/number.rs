@@ -11,6 +11,9 @@ pub const DEFAULT_TOLERANCE: f64 = 1e-6;
 /// "not a number" rather than an overflow.
 const MAX_EXPONENT_DIGITS: usize = 6;
 
+/// Longest `\frac{…}` argument looked at, in characters.
+const MAX_FRAC_ARG_CHARS: usize = 1000;
+
 /// A number parsed from answer text, kept exact.
 ///
 /// A decimal (`1,234.50`, `-3e5`, `$12`, `7%`) is stored as sign, significant digits and a
@@ -462,8 +465,11 @@ fn latex_arg(chars: &[char], i: usize) -> Option<(Vec<char>, usize)> {
     if at(chars, j) != '{' {
         return None;
     }
+    // An argument holds one number, so a closing brace further than this is not looked for
+    // (keeps text with many unclosed `\frac{` linear).
+    let stop = chars.len().min(j + MAX_FRAC_ARG_CHARS);
     let mut depth = 0usize;
-    for (k, &c) in chars.iter().enumerate().skip(j) {
+    for (k, &c) in chars.iter().enumerate().take(stop).skip(j) {
         match c {
             '{' => depth += 1,
             '}' => {
