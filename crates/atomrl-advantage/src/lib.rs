@@ -31,3 +31,8 @@ pub use compute::{compute_advantages, AdvantageOutput, DEFAULT_EPS};
 pub use filter::{filter_groups, GroupFilter};
 pub use mode::AdvantageMode;
 pub use registry::functions;
+
+// The README's example is compiled and run as a doctest so it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
