@@ -4,7 +4,9 @@ use atomrl_core::{CandleContext, Error, Result};
 use atomrl_model::{CausalLm, ForwardInput};
 use candle_core::{DType, Tensor};
 
-use crate::selective::{check_ids, check_temperature, rows_log_softmax, TokenLogProbs, DEFAULT_CHUNK_ELEMENTS};
+use crate::selective::{
+    check_ids, check_temperature, rows_log_softmax, TokenLogProbs, DEFAULT_CHUNK_ELEMENTS,
+};
 
 /// Log-probabilities (and entropies) of the last `logits_to_keep` tokens of each row under
 /// `model`, at `temperature`: token `t` is scored by the logits at position `t − 1`.
@@ -49,7 +51,15 @@ pub fn get_action_log_probs(
     temperature: f64,
     with_entropy: bool,
 ) -> Result<TokenLogProbs> {
-    get_action_log_probs_chunked(model, input_ids, attention_mask, logits_to_keep, temperature, with_entropy, DEFAULT_CHUNK_ELEMENTS)
+    get_action_log_probs_chunked(
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        temperature,
+        with_entropy,
+        DEFAULT_CHUNK_ELEMENTS,
+    )
 }
 
 /// [`get_action_log_probs`] with an explicit chunk size (elements of the `[rows, V]` logits
@@ -90,13 +100,28 @@ pub fn get_action_log_probs_chunked(
         d => return Err(Error::shape(func, "input_ids", "[N, L] with L >= 2", d)),
     };
     if attention_mask.dims() != [n, l] {
-        return Err(Error::shape(func, "attention_mask", format!("[N, L] = [{n}, {l}]"), attention_mask.dims()));
+        return Err(Error::shape(
+            func,
+            "attention_mask",
+            format!("[N, L] = [{n}, {l}]"),
+            attention_mask.dims(),
+        ));
     }
     if logits_to_keep == 0 || logits_to_keep > l - 1 {
-        return Err(Error::value(func, "logits_to_keep", format!("in 1..={} (L - 1)", l - 1), logits_to_keep));
+        return Err(Error::value(
+            func,
+            "logits_to_keep",
+            format!("in 1..={} (L - 1)", l - 1),
+            logits_to_keep,
+        ));
     }
     if input_ids.dtype().is_float() {
-        return Err(Error::value(func, "input_ids", "an integer tensor of token ids", format!("{:?}", input_ids.dtype())));
+        return Err(Error::value(
+            func,
+            "input_ids",
+            "an integer tensor of token ids",
+            format!("{:?}", input_ids.dtype()),
+        ));
     }
     let ids = input_ids.to_dtype(DType::U32).ctx(func)?;
     let vocab = model.config().vocab_size;
@@ -106,23 +131,39 @@ pub fn get_action_log_probs_chunked(
     if let Some(i) = mask_values.iter().position(|&m| m != 0.0 && m != 1.0) {
         return Err(Error::value(
             func,
-            format!("attention_mask[{}]", atomrl_core::shape::unravel(i, &[n, l])),
+            format!(
+                "attention_mask[{}]",
+                atomrl_core::shape::unravel(i, &[n, l])
+            ),
             "0 or 1",
             mask_values[i],
         ));
     }
     let t = logits_to_keep;
-    let hidden = model.forward_hidden(&ForwardInput::new(ids.clone()).with_attention_mask(mask.clone()), None)?;
+    let hidden = model.forward_hidden(
+        &ForwardInput::new(ids.clone()).with_attention_mask(mask.clone()),
+        None,
+    )?;
     let h = hidden.dims()[2];
-    let hidden = hidden.narrow(1, l - 1 - t, t).and_then(|x| x.contiguous()).and_then(|x| x.reshape((n * t, h))).ctx(func)?;
-    let targets = ids.narrow(1, l - t, t).and_then(|x| x.contiguous()).and_then(|x| x.reshape(n * t)).ctx(func)?;
+    let hidden = hidden
+        .narrow(1, l - 1 - t, t)
+        .and_then(|x| x.contiguous())
+        .and_then(|x| x.reshape((n * t, h)))
+        .ctx(func)?;
+    let targets = ids
+        .narrow(1, l - t, t)
+        .and_then(|x| x.contiguous())
+        .and_then(|x| x.reshape(n * t))
+        .ctx(func)?;
     let (lp, ent) = rows_log_softmax(
         func,
         n * t,
         chunk_elements / vocab,
         with_entropy,
         |start, len| {
-            let logits = model.logits(&hidden.narrow(0, start, len)?).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+            let logits = model
+                .logits(&hidden.narrow(0, start, len)?)
+                .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
             Ok((logits, targets.narrow(0, start, len)?))
         },
         temperature,
@@ -132,5 +173,8 @@ pub fn get_action_log_probs_chunked(
         let x = x.reshape((n, t)).ctx(func)?;
         x.mul(&keep.to_dtype(x.dtype()).ctx(func)?).ctx(func)
     };
-    Ok(TokenLogProbs { log_probs: shape(lp)?, entropy: ent.map(shape).transpose()? })
+    Ok(TokenLogProbs {
+        log_probs: shape(lp)?,
+        entropy: ent.map(shape).transpose()?,
+    })
 }

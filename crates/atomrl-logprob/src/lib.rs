@@ -30,4 +30,6 @@ mod selective;
 pub use action::{get_action_log_probs, get_action_log_probs_chunked};
 pub use atomrl_core::{Error, Result};
 pub use registry::functions;
-pub use selective::{selective_log_softmax, selective_log_softmax_chunked, TokenLogProbs, DEFAULT_CHUNK_ELEMENTS};
+pub use selective::{
+    selective_log_softmax, selective_log_softmax_chunked, TokenLogProbs, DEFAULT_CHUNK_ELEMENTS,
+};

@@ -23,7 +23,12 @@ pub struct TokenLogProbs {
 /// Checks `temperature > 0` and finite.
 pub(crate) fn check_temperature(func: &str, temperature: f64) -> Result<()> {
     if !(temperature.is_finite() && temperature > 0.0) {
-        return Err(Error::value(func, "temperature", "a finite number > 0", temperature));
+        return Err(Error::value(
+            func,
+            "temperature",
+            "a finite number > 0",
+            temperature,
+        ));
     }
     Ok(())
 }
@@ -52,8 +57,19 @@ pub(crate) fn check_temperature(func: &str, temperature: f64) -> Result<()> {
 /// assert!((h[0][0] - 2f32.ln()).abs() < 1e-6);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn selective_log_softmax(logits: &Tensor, tokens: &Tensor, temperature: f64, with_entropy: bool) -> Result<TokenLogProbs> {
-    selective_log_softmax_chunked(logits, tokens, temperature, with_entropy, DEFAULT_CHUNK_ELEMENTS)
+pub fn selective_log_softmax(
+    logits: &Tensor,
+    tokens: &Tensor,
+    temperature: f64,
+    with_entropy: bool,
+) -> Result<TokenLogProbs> {
+    selective_log_softmax_chunked(
+        logits,
+        tokens,
+        temperature,
+        with_entropy,
+        DEFAULT_CHUNK_ELEMENTS,
+    )
 }
 
 /// [`selective_log_softmax`] with an explicit chunk size in elements (at least one row).
@@ -89,24 +105,51 @@ pub fn selective_log_softmax_chunked(
         d => return Err(Error::shape(func, "logits", "[N, T, V] with V >= 1", d)),
     };
     if !logits.dtype().is_float() {
-        return Err(Error::value(func, "logits", "a float tensor", format!("{:?}", logits.dtype())));
+        return Err(Error::value(
+            func,
+            "logits",
+            "a float tensor",
+            format!("{:?}", logits.dtype()),
+        ));
     }
     if tokens.dims() != [n, t] {
-        return Err(Error::shape(func, "tokens", format!("[N, T] = [{n}, {t}]"), tokens.dims()));
+        return Err(Error::shape(
+            func,
+            "tokens",
+            format!("[N, T] = [{n}, {t}]"),
+            tokens.dims(),
+        ));
     }
     let tokens = tokens.to_dtype(DType::U32).ctx(func)?;
     check_ids(func, "tokens", &tokens, v)?;
     let rows = n * t;
     if rows == 0 {
-        let dtype = if logits.dtype() == DType::F64 { DType::F64 } else { DType::F32 };
+        let dtype = if logits.dtype() == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
+        };
         let z = Tensor::zeros((n, t), dtype, logits.device()).ctx(func)?;
-        return Ok(TokenLogProbs { log_probs: z.clone(), entropy: with_entropy.then_some(z) });
+        return Ok(TokenLogProbs {
+            log_probs: z.clone(),
+            entropy: with_entropy.then_some(z),
+        });
     }
     let flat = logits.reshape((rows, v)).ctx(func)?;
     let flat_tokens = tokens.reshape(rows).ctx(func)?;
-    let out = rows_log_softmax(func, rows, chunk_elements / v, with_entropy, |start, len| {
-        Ok((flat.narrow(0, start, len)?, flat_tokens.narrow(0, start, len)?))
-    }, temperature)?;
+    let out = rows_log_softmax(
+        func,
+        rows,
+        chunk_elements / v,
+        with_entropy,
+        |start, len| {
+            Ok((
+                flat.narrow(0, start, len)?,
+                flat_tokens.narrow(0, start, len)?,
+            ))
+        },
+        temperature,
+    )?;
     Ok(TokenLogProbs {
         log_probs: out.0.reshape((n, t)).ctx(func)?,
         entropy: out.1.map(|e| e.reshape((n, t))).transpose().ctx(func)?,
@@ -136,7 +179,11 @@ pub(crate) fn rows_log_softmax(
         start += len;
     }
     let lp = Tensor::cat(&lps, 0).ctx(func)?;
-    let ent = if with_entropy { Some(Tensor::cat(&ents, 0).ctx(func)?) } else { None };
+    let ent = if with_entropy {
+        Some(Tensor::cat(&ents, 0).ctx(func)?)
+    } else {
+        None
+    };
     Ok((lp, ent))
 }
 
@@ -151,7 +198,11 @@ fn chunk_log_softmax(
         DType::F64 | DType::F32 => logits.clone(),
         _ => logits.to_dtype(DType::F32)?,
     };
-    let x = if temperature == 1.0 { x } else { x.affine(1.0 / temperature, 0.0)? };
+    let x = if temperature == 1.0 {
+        x
+    } else {
+        x.affine(1.0 / temperature, 0.0)?
+    };
     // Shifted by the (detached) row max: log-softmax does not depend on the shift.
     let max = x.max_keepdim(D::Minus1)?.detach();
     let shifted = x.broadcast_sub(&max)?;

@@ -12,7 +12,10 @@ use candle_core::{DType, Device, Tensor};
 use serde_json::Value;
 
 fn cases_dir() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/cases"))
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/reference/cases"
+    ))
 }
 
 fn read_json(p: &Path) -> Value {
@@ -23,7 +26,10 @@ fn read_json(p: &Path) -> Value {
 fn reference_cases_match_transformers() {
     let dir = cases_dir();
     let index = read_json(&dir.join("index.json"));
-    let f = functions().into_iter().find(|f| f.spec.name == "get_action_log_probs").unwrap();
+    let f = functions()
+        .into_iter()
+        .find(|f| f.spec.name == "get_action_log_probs")
+        .unwrap();
     let mut ran = 0;
     for case in index["cases"].as_array().unwrap() {
         if case["function"] != "get_action_log_probs" {
@@ -36,19 +42,37 @@ fn reference_cases_match_transformers() {
             .map(|i| i.with_base_dir(input_path.parent().unwrap()))
             .and_then(|i| (f.run)(&i));
         if case["expect_error"].as_bool().unwrap() {
-            let err = result.err().unwrap_or_else(|| panic!("{id}: expected an error")).to_string();
-            let arg = if id.contains("left_padding") { "attention_mask" } else { "input_ids" };
+            let err = result
+                .err()
+                .unwrap_or_else(|| panic!("{id}: expected an error"))
+                .to_string();
+            let arg = if id.contains("left_padding") {
+                "attention_mask"
+            } else {
+                "input_ids"
+            };
             assert!(err.contains(arg), "{id}: error should name `{arg}`: {err}");
         } else {
-            let got = result.unwrap_or_else(|e| panic!("{id}: {e}")).to_json().unwrap();
+            let got = result
+                .unwrap_or_else(|e| panic!("{id}: {e}"))
+                .to_json()
+                .unwrap();
             let expected = read_json(&dir.join(case["expected"].as_str().unwrap()));
             let tol = &case["tolerance"];
-            json_close(&expected, &got, tol["rtol"].as_f64().unwrap(), tol["atol"].as_f64().unwrap())
-                .unwrap_or_else(|e| panic!("{id}: {e}"));
+            json_close(
+                &expected,
+                &got,
+                tol["rtol"].as_f64().unwrap(),
+                tol["atol"].as_f64().unwrap(),
+            )
+            .unwrap_or_else(|e| panic!("{id}: {e}"));
         }
         ran += 1;
     }
-    assert_eq!(ran, 24, "expected 12 cases for each of tiny-qwen2 and tiny-qwen3");
+    assert_eq!(
+        ran, 24,
+        "expected 12 cases for each of tiny-qwen2 and tiny-qwen3"
+    );
 }
 
 fn model(name: &str) -> CausalLm {
@@ -65,11 +89,39 @@ fn model_form_equals_pure_form_on_logits() {
     let ids = Tensor::new(&[[0u32, 0, 7, 8, 9, 10, 11], [3, 4, 5, 6, 7, 8, 9]], &d).unwrap();
     let mask = Tensor::new(&[[0u32, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1]], &d).unwrap();
     let logits = m.forward_logits(&ids, Some(&mask)).unwrap();
-    let pure = selective_log_softmax(&logits.narrow(1, 2, 4).unwrap(), &ids.narrow(1, 3, 4).unwrap(), 0.8, true).unwrap();
+    let pure = selective_log_softmax(
+        &logits.narrow(1, 2, 4).unwrap(),
+        &ids.narrow(1, 3, 4).unwrap(),
+        0.8,
+        true,
+    )
+    .unwrap();
     for chunk in [1, 3, 1 << 20] {
-        let out = atomrl_logprob::get_action_log_probs_chunked(&m, &ids, &mask, 4, 0.8, true, chunk * 512).unwrap();
-        for (a, b) in [(&out.log_probs, &pure.log_probs), (out.entropy.as_ref().unwrap(), pure.entropy.as_ref().unwrap())] {
-            let diff = (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        let out = atomrl_logprob::get_action_log_probs_chunked(
+            &m,
+            &ids,
+            &mask,
+            4,
+            0.8,
+            true,
+            chunk * 512,
+        )
+        .unwrap();
+        for (a, b) in [
+            (&out.log_probs, &pure.log_probs),
+            (
+                out.entropy.as_ref().unwrap(),
+                pure.entropy.as_ref().unwrap(),
+            ),
+        ] {
+            let diff = (a - b)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
             assert!(diff < 1e-5, "chunk {chunk}: {diff}");
         }
     }
@@ -95,27 +147,48 @@ fn errors_name_the_argument() {
     let d = Device::Cpu;
     let ids = Tensor::new(&[[1u32, 5, 600]], &d).unwrap();
     let mask = Tensor::new(&[[1u32, 1, 1]], &d).unwrap();
-    let e = get_action_log_probs(&m, &ids, &mask, 2, 1.0, false).unwrap_err().to_string();
-    assert!(e.contains("input_ids[0, 2]") && e.contains("[0, 512)"), "{e}");
+    let e = get_action_log_probs(&m, &ids, &mask, 2, 1.0, false)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("input_ids[0, 2]") && e.contains("[0, 512)"),
+        "{e}"
+    );
     let ids = Tensor::new(&[[1u32, 5, 6]], &d).unwrap();
-    let e = get_action_log_probs(&m, &ids, &mask, 3, 1.0, false).unwrap_err().to_string();
+    let e = get_action_log_probs(&m, &ids, &mask, 3, 1.0, false)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("logits_to_keep"), "{e}");
-    let e = get_action_log_probs(&m, &ids, &mask, 2, 0.0, false).unwrap_err().to_string();
+    let e = get_action_log_probs(&m, &ids, &mask, 2, 0.0, false)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("temperature"), "{e}");
     let short = Tensor::new(&[[1u32, 1]], &d).unwrap();
-    let e = get_action_log_probs(&m, &ids, &short, 2, 1.0, false).unwrap_err().to_string();
+    let e = get_action_log_probs(&m, &ids, &short, 2, 1.0, false)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("attention_mask"), "{e}");
     let logits = Tensor::zeros((1, 2, 4), DType::F32, &d).unwrap();
-    let e = selective_log_softmax(&logits, &Tensor::new(&[[1u32, 4]], &d).unwrap(), 1.0, false).unwrap_err().to_string();
+    let e = selective_log_softmax(&logits, &Tensor::new(&[[1u32, 4]], &d).unwrap(), 1.0, false)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("tokens[0, 1]"), "{e}");
-    let e = selective_log_softmax(&logits, &Tensor::new(&[[1u32]], &d).unwrap(), 1.0, false).unwrap_err().to_string();
+    let e = selective_log_softmax(&logits, &Tensor::new(&[[1u32]], &d).unwrap(), 1.0, false)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("`tokens`"), "{e}");
 }
 
 #[test]
 fn missing_model_and_unsupported_architecture_are_file_errors() {
-    let f = functions().into_iter().find(|f| f.spec.name == "get_action_log_probs").unwrap();
+    let f = functions()
+        .into_iter()
+        .find(|f| f.spec.name == "get_action_log_probs")
+        .unwrap();
     let input = serde_json::json!({"model_dir": "/no/such/model", "input_ids": [[1, 2]], "attention_mask": [[1, 1]]});
     let e = f.run_json(input).unwrap_err().to_string();
-    assert!(e.contains("model_dir") || e.contains("/no/such/model"), "{e}");
+    assert!(
+        e.contains("model_dir") || e.contains("/no/such/model"),
+        "{e}"
+    );
 }

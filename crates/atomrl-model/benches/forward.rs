@@ -19,7 +19,10 @@ fn main() {
         let threads = std::env::var("BENCH_THREADS").unwrap_or_else(|_| "1,2".into());
         let exe = std::env::current_exe().unwrap();
         println!("batch 8 x 128, f32, CPU; ms per call (median)");
-        println!("{:<28} {:>7} {:>10} {:>14}", "model", "threads", "forward", "fwd+backward");
+        println!(
+            "{:<28} {:>7} {:>10} {:>14}",
+            "model", "threads", "forward", "fwd+backward"
+        );
         for t in threads.split(',') {
             let status = std::process::Command::new(&exe)
                 .env(CHILD, "1")
@@ -34,12 +37,17 @@ fn main() {
     let d = Device::Cpu;
     let tiny = ModelConfig::new(Architecture::Qwen2, 512, 64, 128, 2, 4, 2).unwrap();
     let medium = ModelConfig::new(Architecture::Qwen2, 4096, 256, 688, 4, 4, 2).unwrap();
-    let runs: [(&str, &ModelConfig, bool, usize); 3] =
-        [("tiny", &tiny, false, 10), ("4M", &medium, false, 3), ("4M + LoRA r=8 all-linear", &medium, true, 3)];
+    let runs: [(&str, &ModelConfig, bool, usize); 3] = [
+        ("tiny", &tiny, false, 10),
+        ("4M", &medium, false, 3),
+        ("4M + LoRA r=8 all-linear", &medium, true, 3),
+    ];
     for (name, config, lora, iters) in runs {
         let mut model = CausalLm::from_config_random(config.clone(), 0, DType::F32, &d).unwrap();
         if lora {
-            let cfg = LoraConfig::new(8, 16.0).with_targets(&["all-linear"]).unwrap();
+            let cfg = LoraConfig::new(8, 16.0)
+                .with_targets(&["all-linear"])
+                .unwrap();
             model.add_lora(cfg, 0).unwrap();
         }
         let v = config.vocab_size as u32;
@@ -53,7 +61,11 @@ fn main() {
         });
         let fwd_bwd = time(iters, || {
             let logits = model.forward(&input, None).unwrap();
-            let logits = logits.narrow(1, 0, 127).unwrap().reshape((8 * 127, config.vocab_size)).unwrap();
+            let logits = logits
+                .narrow(1, 0, 127)
+                .unwrap()
+                .reshape((8 * 127, config.vocab_size))
+                .unwrap();
             let loss = candle_nn::loss::cross_entropy(&logits, &targets).unwrap();
             let grads = loss.backward().unwrap();
             assert!(grads.get(model.trainable_vars()[0].as_tensor()).is_some());

@@ -31,7 +31,9 @@ impl KvCache {
     /// assert_eq!(atomrl_model::KvCache::new(3).layers.len(), 3);
     /// ```
     pub fn new(num_layers: usize) -> Self {
-        Self { layers: vec![None; num_layers] }
+        Self {
+            layers: vec![None; num_layers],
+        }
     }
 
     /// Number of cached positions `S` (0 when empty).
@@ -40,7 +42,11 @@ impl KvCache {
     /// assert_eq!(atomrl_model::KvCache::new(1).seq_len(), 0);
     /// ```
     pub fn seq_len(&self) -> usize {
-        self.layers.iter().flatten().next().map_or(0, |(k, _)| k.dims().get(2).copied().unwrap_or(0))
+        self.layers
+            .iter()
+            .flatten()
+            .next()
+            .map_or(0, |(k, _)| k.dims().get(2).copied().unwrap_or(0))
     }
 
     /// Number of rows `N` of the cached batch, if anything is cached.
@@ -49,7 +55,11 @@ impl KvCache {
     /// assert_eq!(atomrl_model::KvCache::new(1).batch_size(), None);
     /// ```
     pub fn batch_size(&self) -> Option<usize> {
-        self.layers.iter().flatten().next().map(|(k, _)| k.dims()[0])
+        self.layers
+            .iter()
+            .flatten()
+            .next()
+            .map(|(k, _)| k.dims()[0])
     }
 
     /// The cache restricted to the rows `rows` (u32 indices into the batch), in that order.

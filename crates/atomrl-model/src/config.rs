@@ -55,7 +55,9 @@ impl Architecture {
     /// assert_eq!(Architecture::from_name("GPT2LMHeadModel"), None);
     /// ```
     pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|a| a.hf_class() == name || a.model_type() == name)
+        Self::ALL
+            .into_iter()
+            .find(|a| a.hf_class() == name || a.model_type() == name)
     }
 }
 
@@ -63,8 +65,9 @@ impl Architecture {
 ///
 /// Read with [`ModelConfig::from_file`] / [`ModelConfig::from_json`]; build one for a random
 /// model with [`ModelConfig::new`]. Fields of `config.json` this crate does not use are kept and
-/// written back by [`ModelConfig::to_json`], so a saved model keeps its original configuration.
-#[derive(Debug, Clone, PartialEq)]
+/// written back by [`ModelConfig::to_json`], so a saved model keeps its original configuration
+/// (equality compares the fields above only).
+#[derive(Debug, Clone)]
 pub struct ModelConfig {
     /// The architecture.
     pub architecture: Architecture,
@@ -97,6 +100,31 @@ pub struct ModelConfig {
     /// `initializer_range`: the standard deviation of random initialisation.
     pub initializer_range: f64,
     raw: Map<String, Value>,
+}
+
+impl PartialEq for ModelConfig {
+    fn eq(&self, o: &Self) -> bool {
+        let key = |c: &Self| {
+            (
+                c.architecture,
+                [
+                    c.vocab_size,
+                    c.hidden_size,
+                    c.intermediate_size,
+                    c.num_hidden_layers,
+                ],
+                [
+                    c.num_attention_heads,
+                    c.num_key_value_heads,
+                    c.head_dim,
+                    c.max_position_embeddings,
+                ],
+                [c.rms_norm_eps, c.rope_theta, c.initializer_range],
+                [c.tie_word_embeddings, c.qkv_bias, c.o_bias],
+            )
+        };
+        key(self) == key(o)
+    }
 }
 
 impl ModelConfig {
@@ -188,25 +216,37 @@ impl ModelConfig {
     /// ```
     pub fn from_json(value: &Value) -> Result<Self> {
         let file = "config.json";
-        let obj = value.as_object().ok_or_else(|| Error::file(file, "expected a JSON object"))?;
+        let obj = value
+            .as_object()
+            .ok_or_else(|| Error::file(file, "expected a JSON object"))?;
         let name = obj
             .get("architectures")
             .and_then(|a| a.get(0))
             .and_then(Value::as_str)
             .or_else(|| obj.get("model_type").and_then(Value::as_str))
-            .ok_or_else(|| Error::file(file, "neither `architectures` nor `model_type` is given"))?;
+            .ok_or_else(|| {
+                Error::file(file, "neither `architectures` nor `model_type` is given")
+            })?;
         let architecture = Architecture::from_name(name).ok_or_else(|| {
             let supported: Vec<_> = Architecture::ALL.iter().map(|a| a.hf_class()).collect();
             Error::file(
                 file,
-                format!("unsupported architecture `{name}`; supported: {}", supported.join(", ")),
+                format!(
+                    "unsupported architecture `{name}`; supported: {}",
+                    supported.join(", ")
+                ),
             )
         })?;
         let usize_field = |key: &str| -> Result<usize> {
             obj.get(key)
                 .and_then(Value::as_u64)
                 .map(|x| x as usize)
-                .ok_or_else(|| Error::file(file, format!("missing or invalid `{key}` (a non-negative integer)")))
+                .ok_or_else(|| {
+                    Error::file(
+                        file,
+                        format!("missing or invalid `{key}` (a non-negative integer)"),
+                    )
+                })
         };
         let opt_f64 = |key: &str| obj.get(key).and_then(Value::as_f64);
         let opt_bool = |key: &str| obj.get(key).and_then(Value::as_bool);
@@ -216,25 +256,43 @@ impl ModelConfig {
             Some(h) => h as usize,
             None => hidden_size.checked_div(num_attention_heads).unwrap_or(0),
         };
-        let rope = obj.get("rope_parameters").or_else(|| obj.get("rope_scaling")).filter(|v| !v.is_null());
+        let rope = obj
+            .get("rope_parameters")
+            .or_else(|| obj.get("rope_scaling"))
+            .filter(|v| !v.is_null());
         if let Some(rope) = rope {
-            let kind = rope.get("rope_type").or_else(|| rope.get("type")).and_then(Value::as_str);
+            let kind = rope
+                .get("rope_type")
+                .or_else(|| rope.get("type"))
+                .and_then(Value::as_str);
             if let Some(kind) = kind.filter(|k| *k != "default") {
-                return Err(Error::file(file, format!("unsupported RoPE type `{kind}` (only `default`)")));
+                return Err(Error::file(
+                    file,
+                    format!("unsupported RoPE type `{kind}` (only `default`)"),
+                ));
             }
         }
         let rope_theta = opt_f64("rope_theta")
-            .or_else(|| rope.and_then(|r| r.get("rope_theta")).and_then(Value::as_f64))
+            .or_else(|| {
+                rope.and_then(|r| r.get("rope_theta"))
+                    .and_then(Value::as_f64)
+            })
             .unwrap_or(10000.0);
         if opt_bool("use_sliding_window") == Some(true) {
-            return Err(Error::file(file, "sliding-window attention (`use_sliding_window: true`) is not supported"));
+            return Err(Error::file(
+                file,
+                "sliding-window attention (`use_sliding_window: true`) is not supported",
+            ));
         }
         if opt_bool("mlp_bias") == Some(true) {
             return Err(Error::file(file, "`mlp_bias: true` is not supported"));
         }
         if let Some(act) = obj.get("hidden_act").and_then(Value::as_str) {
             if act != "silu" {
-                return Err(Error::file(file, format!("unsupported `hidden_act` `{act}` (only `silu`)")));
+                return Err(Error::file(
+                    file,
+                    format!("unsupported `hidden_act` `{act}` (only `silu`)"),
+                ));
             }
         }
         let attention_bias = opt_bool("attention_bias").unwrap_or(false);
@@ -288,12 +346,20 @@ impl ModelConfig {
             return Err(Error::value(
                 func,
                 "num_key_value_heads",
-                format!("a divisor of num_attention_heads = {}", self.num_attention_heads),
+                format!(
+                    "a divisor of num_attention_heads = {}",
+                    self.num_attention_heads
+                ),
                 self.num_key_value_heads,
             ));
         }
         if self.head_dim % 2 != 0 {
-            return Err(Error::value(func, "head_dim", "an even number (RoPE)", self.head_dim));
+            return Err(Error::value(
+                func,
+                "head_dim",
+                "an even number (RoPE)",
+                self.head_dim,
+            ));
         }
         Ok(())
     }
@@ -352,7 +418,8 @@ impl ModelConfig {
                 );
             }
         }
-        obj.entry("use_sliding_window").or_insert(Value::Bool(false));
+        obj.entry("use_sliding_window")
+            .or_insert(Value::Bool(false));
         obj.entry("bos_token_id").or_insert(Value::Null);
         obj.entry("eos_token_id").or_insert(Value::Null);
         Value::Object(obj)
@@ -380,7 +447,11 @@ impl ModelConfig {
         if self.architecture == Architecture::Qwen3 {
             layer += 2 * d;
         }
-        let head = if self.tie_word_embeddings { 0 } else { self.vocab_size * h };
+        let head = if self.tie_word_embeddings {
+            0
+        } else {
+            self.vocab_size * h
+        };
         self.vocab_size * h + self.num_hidden_layers * layer + h + head
     }
 }

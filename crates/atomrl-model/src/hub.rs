@@ -26,7 +26,9 @@ pub fn hub_cache_dir() -> PathBuf {
     if let Some(p) = std::env::var_os("HF_HOME") {
         return PathBuf::from(p).join("hub");
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
     home.join(".cache").join("huggingface").join("hub")
 }
 
@@ -49,17 +51,26 @@ pub fn hub_cache_dir() -> PathBuf {
 pub fn resolve_hub_snapshot(cache_dir: &Path, repo_id: &str, revision: &str) -> Result<PathBuf> {
     let repo = cache_dir.join(format!("models--{}", repo_id.replace('/', "--")));
     if !repo.is_dir() {
-        return Err(Error::file(repo.display(), format!("`{repo_id}` is not in the hub cache")));
+        return Err(Error::file(
+            repo.display(),
+            format!("`{repo_id}` is not in the hub cache"),
+        ));
     }
     let ref_file = repo.join("refs").join(revision);
     let commit = if ref_file.is_file() {
-        std::fs::read_to_string(&ref_file).map_err(|e| Error::file(ref_file.display(), e))?.trim().to_string()
+        std::fs::read_to_string(&ref_file)
+            .map_err(|e| Error::file(ref_file.display(), e))?
+            .trim()
+            .to_string()
     } else {
         revision.to_string()
     };
     let snap = repo.join("snapshots").join(&commit);
     if !snap.is_dir() {
-        return Err(Error::file(snap.display(), format!("no snapshot of `{repo_id}` at revision `{revision}`")));
+        return Err(Error::file(
+            snap.display(),
+            format!("no snapshot of `{repo_id}` at revision `{revision}`"),
+        ));
     }
     Ok(snap)
 }
@@ -71,8 +82,14 @@ fn download(cache_dir: &Path, repo_id: &str, revision: &str) -> Result<()> {
         .with_cache_dir(cache_dir.to_path_buf())
         .build()
         .map_err(|e| Error::file(cache_dir.display(), format!("hub client: {e}")))?;
-    let repo = api.repo(Repo::with_revision(repo_id.to_string(), RepoType::Model, revision.to_string()));
-    let info = repo.info().map_err(|e| Error::file(repo_id, format!("hub: {e}")))?;
+    let repo = api.repo(Repo::with_revision(
+        repo_id.to_string(),
+        RepoType::Model,
+        revision.to_string(),
+    ));
+    let info = repo
+        .info()
+        .map_err(|e| Error::file(repo_id, format!("hub: {e}")))?;
     for s in info.siblings {
         let f = s.rfilename;
         let wanted = f == "config.json"
@@ -80,7 +97,8 @@ fn download(cache_dir: &Path, repo_id: &str, revision: &str) -> Result<()> {
             || f == crate::weights::WEIGHTS_INDEX_FILE
             || crate::save::COPIED_FILES.contains(&f.as_str());
         if wanted {
-            repo.get(&f).map_err(|e| Error::file(format!("{repo_id}/{f}"), format!("hub download: {e}")))?;
+            repo.get(&f)
+                .map_err(|e| Error::file(format!("{repo_id}/{f}"), format!("hub download: {e}")))?;
         }
     }
     Ok(())
@@ -99,7 +117,12 @@ impl CausalLm {
     ///     std::path::Path::new("/no/cache"), "Qwen/Qwen3-0.6B", None, DType::F32, &Device::Cpu);
     /// assert!(err.unwrap_err().to_string().contains("models--Qwen--Qwen3-0.6B"));
     /// ```
-    pub fn from_hub(repo_id: &str, revision: Option<&str>, dtype: DType, device: &Device) -> Result<Self> {
+    pub fn from_hub(
+        repo_id: &str,
+        revision: Option<&str>,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
         Self::from_hub_cache(&hub_cache_dir(), repo_id, revision, dtype, device)
     }
 

@@ -45,7 +45,11 @@ impl ForwardInput {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn new(input_ids: Tensor) -> Self {
-        Self { input_ids, attention_mask: None, position_ids: None }
+        Self {
+            input_ids,
+            attention_mask: None,
+            position_ids: None,
+        }
     }
 
     /// Adds a key-padding mask `[N, P + L]`.
@@ -100,7 +104,12 @@ pub fn position_ids_from_mask(mask: &Tensor, new_len: usize) -> Result<Tensor> {
     let rows = mask_rows(func, mask)?;
     let s = mask.dim(1).ctx(func)?;
     if new_len > s {
-        return Err(Error::shape(func, "attention_mask", format!("[N, S] with S >= {new_len}"), mask.dims()));
+        return Err(Error::shape(
+            func,
+            "attention_mask",
+            format!("[N, S] with S >= {new_len}"),
+            mask.dims(),
+        ));
     }
     let n = rows.len();
     let mut out = Vec::with_capacity(n * new_len);
@@ -122,7 +131,9 @@ pub(crate) fn mask_rows(func: &str, mask: &Tensor) -> Result<Vec<Vec<f32>>> {
     if mask.rank() != 2 {
         return Err(Error::shape(func, "attention_mask", "[N, S]", mask.dims()));
     }
-    mask.to_dtype(DType::F32).and_then(|m| m.to_vec2::<f32>()).ctx(func)
+    mask.to_dtype(DType::F32)
+        .and_then(|m| m.to_vec2::<f32>())
+        .ctx(func)
 }
 
 /// The additive attention bias `[N, 1, L, P + L]`: 0 where query `i` (at cache offset `P + i`)
@@ -144,7 +155,12 @@ pub(crate) fn attention_bias(
         Some(m) => {
             let rows = mask_rows(func, m)?;
             if m.dims() != [n, s] {
-                return Err(Error::shape(func, "attention_mask", format!("[N, P + L] = [{n}, {s}]"), m.dims()));
+                return Err(Error::shape(
+                    func,
+                    "attention_mask",
+                    format!("[N, P + L] = [{n}, {s}]"),
+                    m.dims(),
+                ));
             }
             Some(rows)
         }
@@ -163,6 +179,8 @@ pub(crate) fn attention_bias(
             }
         }
     }
-    let t = Tensor::from_vec(bias, (rows, 1, l, s), device).and_then(|t| t.to_dtype(dtype)).ctx(func)?;
+    let t = Tensor::from_vec(bias, (rows, 1, l, s), device)
+        .and_then(|t| t.to_dtype(dtype))
+        .ctx(func)?;
     Ok(Some(t))
 }

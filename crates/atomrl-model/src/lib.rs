@@ -51,4 +51,6 @@ pub use input::{position_ids_from_mask, ForwardInput, MASK_VALUE};
 pub use lora::{LoraConfig, ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, LORA_TARGETS};
 pub use model::CausalLm;
 pub use save::COPIED_FILES;
-pub use weights::{load_safetensors_dir, load_safetensors_file, save_safetensors, WEIGHTS_FILE, WEIGHTS_INDEX_FILE};
+pub use weights::{
+    load_safetensors_dir, load_safetensors_file, save_safetensors, WEIGHTS_FILE, WEIGHTS_INDEX_FILE,
+};

@@ -1,6 +1,8 @@
 //! Linear layers: trainable, frozen (no weight-gradient work) and with a LoRA adapter.
 
-use candle_core::{backend::BackendStorage, CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
+use candle_core::{
+    backend::BackendStorage, CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor,
+};
 
 /// The gradient path of `x @ Wᵀ` for a frozen `W`: its forward returns zeros of the output's
 /// shape (added to the product computed on detached inputs), its backward returns `g @ W`

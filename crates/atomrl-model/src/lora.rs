@@ -18,7 +18,15 @@ pub const ADAPTER_WEIGHTS_FILE: &str = "adapter_model.safetensors";
 pub const ADAPTER_CONFIG_FILE: &str = "adapter_config.json";
 
 /// The linear layers LoRA can adapt.
-pub const LORA_TARGETS: [&str; 7] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
+pub const LORA_TARGETS: [&str; 7] = [
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+];
 
 /// A LoRA configuration with PEFT's meaning: `W' = W + scale · B A`, `A [r, in]`,
 /// `B [out, r]`, `scale = alpha / r` (or `alpha / √r` with rsLoRA).
@@ -178,24 +186,43 @@ impl LoraConfig {
     pub fn from_peft_json(v: &Value) -> Result<Self> {
         let file = ADAPTER_CONFIG_FILE;
         let bad = |msg: &str| Error::file(file, msg);
-        if v.get("peft_type").and_then(Value::as_str).is_some_and(|t| t != "LORA") {
+        if v.get("peft_type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| t != "LORA")
+        {
             return Err(bad("only `peft_type: LORA` is supported"));
         }
         if v.get("use_dora").and_then(Value::as_bool) == Some(true) {
             return Err(bad("DoRA (`use_dora: true`) is not supported"));
         }
-        if v.get("bias").and_then(Value::as_str).is_some_and(|b| b != "none") {
+        if v.get("bias")
+            .and_then(Value::as_str)
+            .is_some_and(|b| b != "none")
+        {
             return Err(bad("only `bias: none` is supported"));
         }
         for key in ["rank_pattern", "alpha_pattern"] {
-            if v.get(key).and_then(Value::as_object).is_some_and(|m| !m.is_empty()) {
+            if v.get(key)
+                .and_then(Value::as_object)
+                .is_some_and(|m| !m.is_empty())
+            {
                 return Err(bad(&format!("`{key}` is not supported")));
             }
         }
-        let r = v.get("r").and_then(Value::as_u64).ok_or_else(|| bad("missing `r`"))? as usize;
-        let alpha = v.get("lora_alpha").and_then(Value::as_f64).ok_or_else(|| bad("missing `lora_alpha`"))?;
+        let r = v
+            .get("r")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| bad("missing `r`"))? as usize;
+        let alpha = v
+            .get("lora_alpha")
+            .and_then(Value::as_f64)
+            .ok_or_else(|| bad("missing `lora_alpha`"))?;
         let targets: Vec<String> = match v.get("target_modules") {
-            Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect(),
             Some(Value::String(s)) if s == "all-linear" => vec![s.clone()],
             _ => return Err(bad("`target_modules` must be an array of module names")),
         };
@@ -205,7 +232,10 @@ impl LoraConfig {
             .map_err(|e| Error::file(file, e))?
             .with_dropout(v.get("lora_dropout").and_then(Value::as_f64).unwrap_or(0.0))
             .map_err(|e| Error::file(file, e))?;
-        c.use_rslora = v.get("use_rslora").and_then(Value::as_bool).unwrap_or(false);
+        c.use_rslora = v
+            .get("use_rslora")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
         Ok(c)
     }
 }
@@ -220,13 +250,19 @@ pub(crate) struct LoraState {
 
 impl std::fmt::Debug for LoraState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoraState").field("config", &self.config).field("vars", &self.vars.all_vars().len()).finish()
+        f.debug_struct("LoraState")
+            .field("config", &self.config)
+            .field("vars", &self.vars.all_vars().len())
+            .finish()
     }
 }
 
 /// PEFT's names of the A and B matrices of `module`.
 pub(crate) fn adapter_names(module: &str) -> (String, String) {
-    (format!("base_model.model.{module}.lora_A.weight"), format!("base_model.model.{module}.lora_B.weight"))
+    (
+        format!("base_model.model.{module}.lora_A.weight"),
+        format!("base_model.model.{module}.lora_B.weight"),
+    )
 }
 
 impl CausalLm {
@@ -279,7 +315,12 @@ impl CausalLm {
     pub fn add_lora(&mut self, config: LoraConfig, seed: u64) -> Result<()> {
         let func = "CausalLm::add_lora";
         if self.lora.is_some() {
-            return Err(Error::value(func, "lora", "no adapters attached yet", "adapters already attached"));
+            return Err(Error::value(
+                func,
+                "lora",
+                "no adapters attached yet",
+                "adapters already attached",
+            ));
         }
         if config.r == 0 {
             return Err(Error::value(func, "r", "a positive rank", 0));
@@ -287,10 +328,15 @@ impl CausalLm {
         let mut rng = Rng::new(seed);
         let vars = VarMap::new();
         {
-            let mut data = vars.data().lock().map_err(|_| Error::value(func, "lora", "an unpoisoned lock", "poisoned"))?;
+            let mut data = vars
+                .data()
+                .lock()
+                .map_err(|_| Error::value(func, "lora", "an unpoisoned lock", "poisoned"))?;
             for (module, out_f, in_f) in self.lora_modules(&config) {
                 let bound = 1.0 / (in_f as f64).sqrt();
-                let a: Vec<f64> = (0..config.r * in_f).map(|_| (2.0 * rng.uniform() - 1.0) * bound).collect();
+                let a: Vec<f64> = (0..config.r * in_f)
+                    .map(|_| (2.0 * rng.uniform() - 1.0) * bound)
+                    .collect();
                 let a = Tensor::from_vec(a, (config.r, in_f), &self.device)
                     .and_then(|t| t.to_dtype(self.dtype))
                     .ctx(func)?;
@@ -328,7 +374,10 @@ impl CausalLm {
     /// # Ok::<(), atomrl_core::Error>(())
     /// ```
     pub fn lora_vars(&self) -> Vec<(String, Var)> {
-        self.lora.as_ref().map(|l| sorted_vars(&l.vars)).unwrap_or_default()
+        self.lora
+            .as_ref()
+            .map(|l| sorted_vars(&l.vars))
+            .unwrap_or_default()
     }
 
     /// Base weights with the adapters merged in (`W + scale · B A`), by HF name; the base
@@ -346,16 +395,26 @@ impl CausalLm {
     /// ```
     pub fn merged_weights(&self) -> Result<BTreeMap<String, Tensor>> {
         let func = "CausalLm::merged_weights";
-        let mut out: BTreeMap<String, Tensor> =
-            self.named_vars().into_iter().map(|(k, v)| (k, v.as_detached_tensor())).collect();
-        let Some(lora) = &self.lora else { return Ok(out) };
+        let mut out: BTreeMap<String, Tensor> = self
+            .named_vars()
+            .into_iter()
+            .map(|(k, v)| (k, v.as_detached_tensor()))
+            .collect();
+        let Some(lora) = &self.lora else {
+            return Ok(out);
+        };
         let adapters: HashMap<String, Var> = sorted_vars(&lora.vars).into_iter().collect();
         for (module, _, _) in self.lora_modules(&lora.config) {
             let (na, nb) = adapter_names(&module);
-            let (Some(a), Some(b)) = (adapters.get(&na), adapters.get(&nb)) else { continue };
+            let (Some(a), Some(b)) = (adapters.get(&na), adapters.get(&nb)) else {
+                continue;
+            };
             let name = format!("{module}.weight");
             if let Some(w) = out.get(&name) {
-                let delta = b.as_detached_tensor().matmul(&a.as_detached_tensor()).ctx(func)?;
+                let delta = b
+                    .as_detached_tensor()
+                    .matmul(&a.as_detached_tensor())
+                    .ctx(func)?;
                 let merged = (w + delta.affine(lora.config.scale(), 0.0).ctx(func)?).ctx(func)?;
                 out.insert(name, merged);
             }
@@ -388,7 +447,8 @@ impl CausalLm {
         let merged = self.merged_weights()?;
         for (name, var) in self.named_vars() {
             if let Some(t) = merged.get(&name) {
-                var.set(t).ctx(func)?;
+                // A deep copy: the merged tensor may share the variable's storage.
+                var.set(&t.copy().ctx(func)?).ctx(func)?;
             }
         }
         self.lora = None;
@@ -417,13 +477,19 @@ impl CausalLm {
     pub fn save_lora(&self, dir: impl AsRef<Path>) -> Result<()> {
         let func = "CausalLm::save_lora";
         let dir = dir.as_ref();
-        let lora = self.lora.as_ref().ok_or_else(|| Error::value(func, "lora", "attached adapters", "none"))?;
+        let lora = self
+            .lora
+            .as_ref()
+            .ok_or_else(|| Error::value(func, "lora", "attached adapters", "none"))?;
         std::fs::create_dir_all(dir).map_err(|e| Error::file(dir.display(), e))?;
-        let tensors: BTreeMap<String, Tensor> =
-            sorted_vars(&lora.vars).into_iter().map(|(k, v)| (k, v.as_detached_tensor())).collect();
+        let tensors: BTreeMap<String, Tensor> = sorted_vars(&lora.vars)
+            .into_iter()
+            .map(|(k, v)| (k, v.as_detached_tensor()))
+            .collect();
         save_safetensors(&tensors, dir.join(ADAPTER_WEIGHTS_FILE), self.dtype)?;
         let base = self.source_dir.as_ref().map(|p| p.display().to_string());
-        let cfg = serde_json::to_string_pretty(&lora.config.to_peft_json(base.as_deref())).unwrap_or_default();
+        let cfg = serde_json::to_string_pretty(&lora.config.to_peft_json(base.as_deref()))
+            .unwrap_or_default();
         let path = dir.join(ADAPTER_CONFIG_FILE);
         std::fs::write(&path, cfg).map_err(|e| Error::file(path.display(), e))
     }
@@ -446,11 +512,17 @@ impl CausalLm {
     pub fn load_lora(&mut self, dir: impl AsRef<Path>) -> Result<()> {
         let func = "CausalLm::load_lora";
         if self.lora.is_some() {
-            return Err(Error::value(func, "lora", "no adapters attached yet", "adapters already attached"));
+            return Err(Error::value(
+                func,
+                "lora",
+                "no adapters attached yet",
+                "adapters already attached",
+            ));
         }
         let dir = dir.as_ref();
         let cfg_path = dir.join(ADAPTER_CONFIG_FILE);
-        let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::file(cfg_path.display(), e))?;
+        let text =
+            std::fs::read_to_string(&cfg_path).map_err(|e| Error::file(cfg_path.display(), e))?;
         let v: Value = serde_json::from_str(&text)
             .map_err(|e| Error::file(cfg_path.display(), format!("not valid JSON: {e}")))?;
         let config = LoraConfig::from_peft_json(&v).map_err(|e| match e {
@@ -459,20 +531,29 @@ impl CausalLm {
         })?;
         let weights_path = dir.join(ADAPTER_WEIGHTS_FILE);
         let raw = load_safetensors_file(&weights_path, self.dtype, &self.device)?;
-        let raw: HashMap<String, Tensor> = raw.into_iter().map(|(k, t)| (k.replace(".default.", "."), t)).collect();
+        let raw: HashMap<String, Tensor> = raw
+            .into_iter()
+            .map(|(k, t)| (k.replace(".default.", "."), t))
+            .collect();
         let vars = VarMap::new();
         {
-            let mut data = vars.data().lock().map_err(|_| Error::value(func, "lora", "an unpoisoned lock", "poisoned"))?;
+            let mut data = vars
+                .data()
+                .lock()
+                .map_err(|_| Error::value(func, "lora", "an unpoisoned lock", "poisoned"))?;
             for (module, out_f, in_f) in self.lora_modules(&config) {
                 let (na, nb) = adapter_names(&module);
                 for (name, shape) in [(na, [config.r, in_f]), (nb, [out_f, config.r])] {
-                    let t = raw
-                        .get(&name)
-                        .ok_or_else(|| Error::file(weights_path.display(), format!("missing tensor `{name}`")))?;
+                    let t = raw.get(&name).ok_or_else(|| {
+                        Error::file(weights_path.display(), format!("missing tensor `{name}`"))
+                    })?;
                     if t.dims() != shape {
                         return Err(Error::file(
                             weights_path.display(),
-                            format!("tensor `{name}` has shape {:?}, expected {shape:?}", t.dims()),
+                            format!(
+                                "tensor `{name}` has shape {:?}, expected {shape:?}",
+                                t.dims()
+                            ),
                         ));
                     }
                     data.insert(name, Var::from_tensor(t).ctx(func)?);

@@ -92,7 +92,11 @@ impl TensorSource for Source<'_> {
             .weights
             .get(name)
             .ok_or_else(|| candle_core::Error::Msg(format!("missing tensor `{name}`")))?;
-        Ok(if self.frozen || self.detached { var.as_detached_tensor() } else { var.as_tensor().clone() })
+        Ok(if self.frozen || self.detached {
+            var.as_detached_tensor()
+        } else {
+            var.as_tensor().clone()
+        })
     }
 
     fn has(&self, name: &str) -> bool {
@@ -104,14 +108,22 @@ impl TensorSource for Source<'_> {
     }
 
     fn lora(&self, module: &str) -> candle_core::Result<Option<LoraAdapter>> {
-        let (Some(state), Some(vars)) = (self.lora, self.lora_vars) else { return Ok(None) };
+        let (Some(state), Some(vars)) = (self.lora, self.lora_vars) else {
+            return Ok(None);
+        };
         if !state.config.targets(module) {
             return Ok(None);
         }
         let (a, b) = crate::lora::adapter_names(module);
         let get = |n: &str| {
             vars.get(n)
-                .map(|v| if self.detached { v.as_detached_tensor() } else { v.as_tensor().clone() })
+                .map(|v| {
+                    if self.detached {
+                        v.as_detached_tensor()
+                    } else {
+                        v.as_tensor().clone()
+                    }
+                })
                 .ok_or_else(|| candle_core::Error::Msg(format!("missing LoRA tensor `{n}`")))
         };
         Ok(Some(LoraAdapter {
@@ -149,9 +161,11 @@ impl CausalLm {
         }
         let config = ModelConfig::from_file(dir.join("config.json"))?;
         let tensors = load_safetensors_dir(dir, dtype, device)?;
-        let mut model = Self::from_tensors(config, tensors, dtype, device)
-            .map_err(|e| match e {
-                Error::File { message, .. } => Error::file(dir.join(WEIGHTS_FILE).display(), message),
+        let mut model =
+            Self::from_tensors(config, tensors, dtype, device).map_err(|e| match e {
+                Error::File { message, .. } => {
+                    Error::file(dir.join(WEIGHTS_FILE).display(), message)
+                }
                 other => other,
             })?;
         model.source_dir = Some(dir.to_path_buf());
@@ -182,18 +196,29 @@ impl CausalLm {
         let func = "CausalLm::from_tensors";
         let weights = VarMap::new();
         {
-            let mut data = weights.data().lock().map_err(|_| Error::value(func, "weights", "an unpoisoned lock", "poisoned"))?;
+            let mut data = weights
+                .data()
+                .lock()
+                .map_err(|_| Error::value(func, "weights", "an unpoisoned lock", "poisoned"))?;
             for spec in param_specs(&config) {
-                let t = tensors
-                    .get(&spec.name)
-                    .ok_or_else(|| Error::file(WEIGHTS_FILE, format!("missing tensor `{}`", spec.name)))?;
+                let t = tensors.get(&spec.name).ok_or_else(|| {
+                    Error::file(WEIGHTS_FILE, format!("missing tensor `{}`", spec.name))
+                })?;
                 if t.dims() != spec.shape.as_slice() {
                     return Err(Error::file(
                         WEIGHTS_FILE,
-                        format!("tensor `{}` has shape {:?}, config.json implies {:?}", spec.name, t.dims(), spec.shape),
+                        format!(
+                            "tensor `{}` has shape {:?}, config.json implies {:?}",
+                            spec.name,
+                            t.dims(),
+                            spec.shape
+                        ),
                     ));
                 }
-                let t = t.to_dtype(dtype).and_then(|t| t.to_device(device)).ctx(func)?;
+                let t = t
+                    .to_dtype(dtype)
+                    .and_then(|t| t.to_device(device))
+                    .ctx(func)?;
                 data.insert(spec.name, Var::from_tensor(&t).ctx(func)?);
             }
         }
@@ -218,14 +243,21 @@ impl CausalLm {
     /// assert_eq!(a.tensor(w).unwrap().to_vec2::<f32>()?, b.tensor(w).unwrap().to_vec2::<f32>()?);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn from_config_random(config: ModelConfig, seed: u64, dtype: DType, device: &Device) -> Result<Self> {
+    pub fn from_config_random(
+        config: ModelConfig,
+        seed: u64,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
         let func = "CausalLm::from_config_random";
         let mut rng = Rng::new(seed);
         let mut tensors = HashMap::new();
         for spec in param_specs(&config) {
             let n: usize = spec.shape.iter().product();
             let data: Vec<f64> = match spec.init {
-                Init::Normal => (0..n).map(|_| rng.normal() * config.initializer_range).collect(),
+                Init::Normal => (0..n)
+                    .map(|_| rng.normal() * config.initializer_range)
+                    .collect(),
                 Init::Ones => vec![1.0; n],
                 Init::Zeros => vec![0.0; n],
             };
@@ -515,17 +547,34 @@ impl CausalLm {
     /// assert_eq!(h.dims(), &[1, 2, 8]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn forward_hidden(&self, input: &ForwardInput, mut cache: Option<&mut KvCache>) -> Result<Tensor> {
+    pub fn forward_hidden(
+        &self,
+        input: &ForwardInput,
+        mut cache: Option<&mut KvCache>,
+    ) -> Result<Tensor> {
         let func = "CausalLm::forward";
         let ids = &input.input_ids;
         if ids.rank() != 2 || ids.dim(1).ctx(func)? == 0 {
-            return Err(Error::shape(func, "input_ids", "[N, L] with L >= 1", ids.dims()));
+            return Err(Error::shape(
+                func,
+                "input_ids",
+                "[N, L] with L >= 1",
+                ids.dims(),
+            ));
         }
         if ids.dtype().is_float() {
-            return Err(Error::value(func, "input_ids", "an integer tensor of token ids", format!("{:?}", ids.dtype())));
+            return Err(Error::value(
+                func,
+                "input_ids",
+                "an integer tensor of token ids",
+                format!("{:?}", ids.dtype()),
+            ));
         }
         let (n, l) = ids.dims2().ctx(func)?;
-        let ids = ids.to_dtype(DType::U32).and_then(|t| t.to_device(&self.device)).ctx(func)?;
+        let ids = ids
+            .to_dtype(DType::U32)
+            .and_then(|t| t.to_device(&self.device))
+            .ctx(func)?;
         check_vocab(func, "input_ids", &ids, self.config.vocab_size)?;
         let past = match cache.as_deref_mut() {
             Some(c) => {
@@ -541,7 +590,12 @@ impl CausalLm {
                     ));
                 }
                 if let Some(b) = c.batch_size().filter(|&b| b != n) {
-                    return Err(Error::shape(func, "cache", format!("batch of N = {n} rows"), &[b]));
+                    return Err(Error::shape(
+                        func,
+                        "cache",
+                        format!("batch of N = {n} rows"),
+                        &[b],
+                    ));
                 }
                 c.seq_len()
             }
@@ -554,25 +608,51 @@ impl CausalLm {
         let positions = match (&input.position_ids, &mask) {
             (Some(p), _) => {
                 if p.dims() != [n, l] {
-                    return Err(Error::shape(func, "position_ids", format!("[N, L] = [{n}, {l}]"), p.dims()));
+                    return Err(Error::shape(
+                        func,
+                        "position_ids",
+                        format!("[N, L] = [{n}, {l}]"),
+                        p.dims(),
+                    ));
                 }
-                p.to_dtype(DType::U32).and_then(|t| t.to_device(&self.device)).ctx(func)?
+                p.to_dtype(DType::U32)
+                    .and_then(|t| t.to_device(&self.device))
+                    .ctx(func)?
             }
             (None, Some(m)) => {
                 if m.dims() != [n, past + l] {
-                    return Err(Error::shape(func, "attention_mask", format!("[N, P + L] = [{n}, {}]", past + l), m.dims()));
+                    return Err(Error::shape(
+                        func,
+                        "attention_mask",
+                        format!("[N, P + L] = [{n}, {}]", past + l),
+                        m.dims(),
+                    ));
                 }
                 position_ids_from_mask(m, l)?
             }
             (None, None) => {
                 let row: Vec<u32> = (past as u32..(past + l) as u32).collect();
-                Tensor::new(row, &self.device).and_then(|r| r.unsqueeze(0)?.repeat((n, 1))).ctx(func)?
+                Tensor::new(row, &self.device)
+                    .and_then(|r| r.unsqueeze(0)?.repeat((n, 1)))
+                    .ctx(func)?
             }
         };
         let bias = attention_bias(func, mask.as_ref(), n, l, past, self.dtype, &self.device)?;
-        let (cos, sin) = rope_tables(&positions, self.config.head_dim, self.config.rope_theta, self.dtype).ctx(func)?;
+        let (cos, sin) = rope_tables(
+            &positions,
+            self.config.head_dim,
+            self.config.rope_theta,
+            self.dtype,
+        )
+        .ctx(func)?;
         self.net
-            .hidden(&ids, (&cos, &sin), bias.as_ref(), cache.map(|c| &mut c.layers), self.train)
+            .hidden(
+                &ids,
+                (&cos, &sin),
+                bias.as_ref(),
+                cache.map(|c| &mut c.layers),
+                self.train,
+            )
             .ctx(func)
     }
 
@@ -593,7 +673,12 @@ impl CausalLm {
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
         let func = "CausalLm::logits";
         if hidden.dims().last() != Some(&self.config.hidden_size) {
-            return Err(Error::shape(func, "hidden", format!("[.., H = {}]", self.config.hidden_size), hidden.dims()));
+            return Err(Error::shape(
+                func,
+                "hidden",
+                format!("[.., H = {}]", self.config.hidden_size),
+                hidden.dims(),
+            ));
         }
         self.net.logits(hidden).ctx(func)
     }
@@ -613,14 +698,23 @@ impl CausalLm {
     /// assert_eq!(m.forward_logits(&ids, Some(&mask))?.dims(), &[1, 3, 16]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn forward_logits(&self, input_ids: &Tensor, attention_mask: Option<&Tensor>) -> Result<Tensor> {
+    pub fn forward_logits(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+    ) -> Result<Tensor> {
         let mut input = ForwardInput::new(input_ids.clone());
         input.attention_mask = attention_mask.cloned();
         self.forward(&input, None)
     }
 }
 
-fn build_network(config: &ModelConfig, weights: &VarMap, lora: Option<&LoraState>, mode: Mode) -> Result<Network> {
+fn build_network(
+    config: &ModelConfig,
+    weights: &VarMap,
+    lora: Option<&LoraState>,
+    mode: Mode,
+) -> Result<Network> {
     let func = "CausalLm::build";
     let poisoned = |arg: &str| Error::value(func, arg, "an unpoisoned lock", "poisoned");
     let weights = weights.data().lock().map_err(|_| poisoned("weights"))?;
@@ -640,7 +734,10 @@ fn build_network(config: &ModelConfig, weights: &VarMap, lora: Option<&LoraState
 
 /// Checks that every id of `ids` (u32) is below `vocab`, naming the first offender.
 pub(crate) fn check_vocab(func: &str, arg: &str, ids: &Tensor, vocab: usize) -> Result<()> {
-    let flat = ids.flatten_all().and_then(|t| t.to_vec1::<u32>()).ctx(func)?;
+    let flat = ids
+        .flatten_all()
+        .and_then(|t| t.to_vec1::<u32>())
+        .ctx(func)?;
     if let Some(i) = flat.iter().position(|&x| x as usize >= vocab) {
         return Err(Error::value(
             func,
@@ -653,7 +750,9 @@ pub(crate) fn check_vocab(func: &str, arg: &str, ids: &Tensor, vocab: usize) -> 
 }
 
 pub(crate) fn sorted_vars(map: &VarMap) -> Vec<(String, Var)> {
-    let Ok(data) = map.data().lock() else { return Vec::new() };
+    let Ok(data) = map.data().lock() else {
+        return Vec::new();
+    };
     let sorted: BTreeMap<_, _> = data.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     sorted.into_iter().collect()
 }

@@ -23,7 +23,11 @@ fn linear(src: &dyn TensorSource, module: &str, bias: bool) -> Result<Linear> {
     let bias_name = format!("{module}.bias");
     Ok(Linear {
         weight: src.get(&format!("{module}.weight"))?,
-        bias: if bias || src.has(&bias_name) { Some(src.get(&bias_name)?) } else { None },
+        bias: if bias || src.has(&bias_name) {
+            Some(src.get(&bias_name)?)
+        } else {
+            None
+        },
         frozen: src.frozen(),
         lora: src.lora(module)?,
     })
@@ -152,8 +156,16 @@ impl Network {
                 k: linear(src, &format!("{a}.k_proj"), c.qkv_bias)?,
                 v: linear(src, &format!("{a}.v_proj"), c.qkv_bias)?,
                 o: linear(src, &format!("{a}.o_proj"), c.o_bias)?,
-                q_norm: if qk_norm { Some(src.get(&format!("{a}.q_norm.weight"))?) } else { None },
-                k_norm: if qk_norm { Some(src.get(&format!("{a}.k_norm.weight"))?) } else { None },
+                q_norm: if qk_norm {
+                    Some(src.get(&format!("{a}.q_norm.weight"))?)
+                } else {
+                    None
+                },
+                k_norm: if qk_norm {
+                    Some(src.get(&format!("{a}.k_norm.weight"))?)
+                } else {
+                    None
+                },
                 heads: c.num_attention_heads,
                 kv_heads: c.num_key_value_heads,
                 head_dim: c.head_dim,
@@ -172,13 +184,21 @@ impl Network {
                 eps: c.rms_norm_eps,
             });
         }
-        let head_weight =
-            if c.tie_word_embeddings { embed.clone() } else { src.get("lm_head.weight")? };
+        let head_weight = if c.tie_word_embeddings {
+            embed.clone()
+        } else {
+            src.get("lm_head.weight")?
+        };
         Ok(Self {
             embed,
             layers,
             norm: src.get("model.norm.weight")?,
-            lm_head: Linear { weight: head_weight, bias: None, frozen: src.frozen(), lora: None },
+            lm_head: Linear {
+                weight: head_weight,
+                bias: None,
+                frozen: src.frozen(),
+                lora: None,
+            },
             eps: c.rms_norm_eps,
             hidden: c.hidden_size,
         })
@@ -194,7 +214,10 @@ impl Network {
         train: bool,
     ) -> Result<Tensor> {
         let (n, l) = ids.dims2()?;
-        let mut x = self.embed.index_select(&ids.flatten_all()?, 0)?.reshape((n, l, self.hidden))?;
+        let mut x =
+            self.embed
+                .index_select(&ids.flatten_all()?, 0)?
+                .reshape((n, l, self.hidden))?;
         for (i, layer) in self.layers.iter().enumerate() {
             let slot = cache.as_deref_mut().map(|c| &mut c[i]);
             x = layer.forward(&x, rope, bias, slot, train)?;

@@ -9,7 +9,11 @@ use candle_core::{DType, Result, Tensor, D};
 /// transformers does).
 pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
     let dtype = x.dtype();
-    let xf = if matches!(dtype, DType::BF16 | DType::F16) { x.to_dtype(DType::F32)? } else { x.clone() };
+    let xf = if matches!(dtype, DType::BF16 | DType::F16) {
+        x.to_dtype(DType::F32)?
+    } else {
+        x.clone()
+    };
     let ms = xf.sqr()?.mean_keepdim(D::Minus1)?;
     let y = xf.broadcast_div(&(ms + eps)?.sqrt()?)?;
     y.to_dtype(dtype)?.broadcast_mul(weight)
@@ -19,7 +23,11 @@ pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> 
 /// so the gradient is exact and the max's backward is skipped). Half precision runs in f32.
 pub(crate) fn softmax_last(x: &Tensor) -> Result<Tensor> {
     let dtype = x.dtype();
-    let xf = if matches!(dtype, DType::BF16 | DType::F16) { x.to_dtype(DType::F32)? } else { x.clone() };
+    let xf = if matches!(dtype, DType::BF16 | DType::F16) {
+        x.to_dtype(DType::F32)?
+    } else {
+        x.clone()
+    };
     let max = xf.max_keepdim(D::Minus1)?.detach();
     let e = xf.broadcast_sub(&max)?.exp()?;
     let s = e.sum_keepdim(D::Minus1)?;
@@ -29,11 +37,22 @@ pub(crate) fn softmax_last(x: &Tensor) -> Result<Tensor> {
 /// `cos` and `sin` tables `[N, 1, L, head_dim]` for positions `[N, L]` (u32), as transformers'
 /// default RoPE computes them (`inv_freq = 1 / theta^(2i/d)`, frequencies in f32, duplicated
 /// halves).
-pub(crate) fn rope_tables(positions: &Tensor, head_dim: usize, theta: f64, dtype: DType) -> Result<(Tensor, Tensor)> {
+pub(crate) fn rope_tables(
+    positions: &Tensor,
+    head_dim: usize,
+    theta: f64,
+    dtype: DType,
+) -> Result<(Tensor, Tensor)> {
     let (n, l) = positions.dims2()?;
-    let compute = if dtype == DType::F64 { DType::F64 } else { DType::F32 };
+    let compute = if dtype == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    };
     let half = head_dim / 2;
-    let inv: Vec<f64> = (0..half).map(|i| 1.0 / theta.powf((2 * i) as f64 / head_dim as f64)).collect();
+    let inv: Vec<f64> = (0..half)
+        .map(|i| 1.0 / theta.powf((2 * i) as f64 / head_dim as f64))
+        .collect();
     let inv = Tensor::from_vec(inv, (1, half), positions.device())?.to_dtype(compute)?;
     let pos = positions.to_dtype(compute)?.reshape((n * l, 1))?;
     let freqs = pos.broadcast_mul(&inv)?;
@@ -59,5 +78,7 @@ pub(crate) fn repeat_kv(x: &Tensor, n_rep: usize) -> Result<Tensor> {
         return Ok(x.clone());
     }
     let (n, kv, s, d) = x.dims4()?;
-    x.unsqueeze(2)?.expand((n, kv, n_rep, s, d))?.reshape((n, kv * n_rep, s, d))
+    x.unsqueeze(2)?
+        .expand((n, kv, n_rep, s, d))?
+        .reshape((n, kv * n_rep, s, d))
 }

@@ -25,17 +25,39 @@ pub(crate) struct ParamSpec {
 /// not listed).
 pub(crate) fn param_specs(c: &ModelConfig) -> Vec<ParamSpec> {
     let mut out = Vec::new();
-    let mut push = |name: String, shape: Vec<usize>, init: Init| out.push(ParamSpec { name, shape, init });
+    let mut push =
+        |name: String, shape: Vec<usize>, init: Init| out.push(ParamSpec { name, shape, init });
     let (h, d) = (c.hidden_size, c.head_dim);
     let (q, kv) = (c.num_attention_heads * d, c.num_key_value_heads * d);
-    push("model.embed_tokens.weight".into(), vec![c.vocab_size, h], Init::Normal);
+    push(
+        "model.embed_tokens.weight".into(),
+        vec![c.vocab_size, h],
+        Init::Normal,
+    );
     for i in 0..c.num_hidden_layers {
         let p = format!("model.layers.{i}");
-        for (name, out_f, in_f) in [("q_proj", q, h), ("k_proj", kv, h), ("v_proj", kv, h), ("o_proj", h, q)] {
-            push(format!("{p}.self_attn.{name}.weight"), vec![out_f, in_f], Init::Normal);
-            let bias = if name == "o_proj" { c.o_bias } else { c.qkv_bias };
+        for (name, out_f, in_f) in [
+            ("q_proj", q, h),
+            ("k_proj", kv, h),
+            ("v_proj", kv, h),
+            ("o_proj", h, q),
+        ] {
+            push(
+                format!("{p}.self_attn.{name}.weight"),
+                vec![out_f, in_f],
+                Init::Normal,
+            );
+            let bias = if name == "o_proj" {
+                c.o_bias
+            } else {
+                c.qkv_bias
+            };
             if bias {
-                push(format!("{p}.self_attn.{name}.bias"), vec![out_f], Init::Zeros);
+                push(
+                    format!("{p}.self_attn.{name}.bias"),
+                    vec![out_f],
+                    Init::Zeros,
+                );
             }
         }
         if c.architecture == Architecture::Qwen3 {
@@ -43,11 +65,23 @@ pub(crate) fn param_specs(c: &ModelConfig) -> Vec<ParamSpec> {
             push(format!("{p}.self_attn.k_norm.weight"), vec![d], Init::Ones);
         }
         let m = c.intermediate_size;
-        push(format!("{p}.mlp.gate_proj.weight"), vec![m, h], Init::Normal);
+        push(
+            format!("{p}.mlp.gate_proj.weight"),
+            vec![m, h],
+            Init::Normal,
+        );
         push(format!("{p}.mlp.up_proj.weight"), vec![m, h], Init::Normal);
-        push(format!("{p}.mlp.down_proj.weight"), vec![h, m], Init::Normal);
+        push(
+            format!("{p}.mlp.down_proj.weight"),
+            vec![h, m],
+            Init::Normal,
+        );
         push(format!("{p}.input_layernorm.weight"), vec![h], Init::Ones);
-        push(format!("{p}.post_attention_layernorm.weight"), vec![h], Init::Ones);
+        push(
+            format!("{p}.post_attention_layernorm.weight"),
+            vec![h],
+            Init::Ones,
+        );
     }
     push("model.norm.weight".into(), vec![h], Init::Ones);
     if !c.tie_word_embeddings {
@@ -97,7 +131,10 @@ mod tests {
             let mut c = ModelConfig::new(arch, 50, 16, 24, 2, 4, 2).unwrap();
             for tie in [true, false] {
                 c.tie_word_embeddings = tie;
-                let n: usize = param_specs(&c).iter().map(|p| p.shape.iter().product::<usize>()).sum();
+                let n: usize = param_specs(&c)
+                    .iter()
+                    .map(|p| p.shape.iter().product::<usize>())
+                    .sum();
                 assert_eq!(n, c.num_parameters(), "{arch:?} tie={tie}");
             }
         }
@@ -109,6 +146,9 @@ mod tests {
         let xs: Vec<f64> = (0..20000).map(|_| r.normal()).collect();
         let mean = xs.iter().sum::<f64>() / xs.len() as f64;
         let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / xs.len() as f64;
-        assert!(mean.abs() < 0.03 && (var - 1.0).abs() < 0.05, "{mean} {var}");
+        assert!(
+            mean.abs() < 0.03 && (var - 1.0).abs() < 0.05,
+            "{mean} {var}"
+        );
     }
 }

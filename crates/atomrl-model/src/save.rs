@@ -77,7 +77,12 @@ impl CausalLm {
         for name in COPIED_FILES {
             if let Some(from) = src.map(|s| s.join(name)).filter(|p| p.is_file()) {
                 let to = dir.join(name);
-                std::fs::copy(&from, &to).map_err(|e| Error::file(from.display(), format!("cannot copy to {}: {e}", to.display())))?;
+                std::fs::copy(&from, &to).map_err(|e| {
+                    Error::file(
+                        from.display(),
+                        format!("cannot copy to {}: {e}", to.display()),
+                    )
+                })?;
             }
         }
         let gen = dir.join("generation_config.json");

@@ -39,11 +39,16 @@ pub fn load_safetensors_dir(
     let files: Vec<std::path::PathBuf> = if single.is_file() {
         vec![single]
     } else if index.is_file() {
-        shard_files(&index)?.into_iter().map(|f| dir.join(f)).collect()
+        shard_files(&index)?
+            .into_iter()
+            .map(|f| dir.join(f))
+            .collect()
     } else {
         return Err(Error::file(
             single.display(),
-            format!("no weights: neither {WEIGHTS_FILE} nor {WEIGHTS_INDEX_FILE} exists in this folder"),
+            format!(
+                "no weights: neither {WEIGHTS_FILE} nor {WEIGHTS_INDEX_FILE} exists in this folder"
+            ),
         ));
     };
     let mut out = HashMap::new();
@@ -95,7 +100,11 @@ fn shard_files(index: &Path) -> Result<Vec<String>> {
         .get("weight_map")
         .and_then(Value::as_object)
         .ok_or_else(|| Error::file(index.display(), "missing `weight_map` object"))?;
-    let mut files: Vec<String> = map.values().filter_map(Value::as_str).map(str::to_owned).collect();
+    let mut files: Vec<String> = map
+        .values()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect();
     files.sort();
     files.dedup();
     Ok(files)
@@ -127,7 +136,11 @@ pub fn save_safetensors(
     let converted = tensors
         .iter()
         .map(|(k, t)| {
-            let t = if t.dtype().is_float() { t.to_dtype(dtype) } else { Ok(t.clone()) };
+            let t = if t.dtype().is_float() {
+                t.to_dtype(dtype)
+            } else {
+                Ok(t.clone())
+            };
             t.and_then(|t| t.contiguous())
                 .map(|t| (k.clone(), t))
                 .map_err(|e| Error::file(path.display(), format!("converting `{k}`: {e}")))

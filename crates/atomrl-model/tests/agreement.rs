@@ -9,10 +9,17 @@ use atomrl_model::{CausalLm, ForwardInput};
 use candle_core::{DType, Device, Tensor};
 use common::{expected, max_diff_masked, model_dir};
 
-const MODELS: [&str; 5] = ["tiny-qwen2", "tiny-qwen3", "tiny-qwen2-untied", "tiny-llama", "tiny-qwen3-bf16"];
+const MODELS: [&str; 5] = [
+    "tiny-qwen2",
+    "tiny-qwen3",
+    "tiny-qwen2-untied",
+    "tiny-llama",
+    "tiny-qwen3-bf16",
+];
 
 fn logits(model: &CausalLm, ids: &Tensor, mask: &Tensor) -> Tensor {
-    let input = ForwardInput::new(ids.to_dtype(DType::U32).unwrap()).with_attention_mask(mask.clone());
+    let input =
+        ForwardInput::new(ids.to_dtype(DType::U32).unwrap()).with_attention_mask(mask.clone());
     model.forward(&input, None).unwrap()
 }
 
@@ -65,7 +72,9 @@ fn padding_does_not_change_real_tokens() {
     let d = Device::Cpu;
     let model = CausalLm::from_hf_dir(model_dir("tiny-qwen2"), DType::F32, &d).unwrap();
     let seq = [5u32, 17, 200, 33];
-    let alone = model.forward(&ForwardInput::new(Tensor::new(&[seq], &d).unwrap()), None).unwrap();
+    let alone = model
+        .forward(&ForwardInput::new(Tensor::new(&[seq], &d).unwrap()), None)
+        .unwrap();
     let right = model
         .forward_logits(
             &Tensor::new(&[[5u32, 17, 200, 33, 0, 0]], &d).unwrap(),
@@ -81,5 +90,8 @@ fn padding_does_not_change_real_tokens() {
     assert!(common::max_diff(&alone, &right.narrow(1, 0, 4).unwrap()) < 1e-5);
     assert!(common::max_diff(&alone, &left.narrow(1, 2, 4).unwrap()) < 1e-5);
     let all: Vec<f32> = left.flatten_all().unwrap().to_vec1().unwrap();
-    assert!(all.iter().all(|x| x.is_finite()), "pad rows must stay finite");
+    assert!(
+        all.iter().all(|x| x.is_finite()),
+        "pad rows must stay finite"
+    );
 }

@@ -7,12 +7,20 @@ use candle_core::{DType, Device, Tensor};
 
 /// The repository's reference models (`tests/fixtures/reference/models/<name>`).
 pub fn reference_model(name: &str) -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models")).join(name)
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/reference/models"
+    ))
+    .join(name)
 }
 
 /// This crate's fixture models (`tests/fixtures/models/<name>`).
 pub fn fixture_model(name: &str) -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/models")).join(name)
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/models"
+    ))
+    .join(name)
 }
 
 /// The folder of a model fixture, reference or own.
@@ -27,7 +35,11 @@ pub fn model_dir(name: &str) -> PathBuf {
 
 /// Expected outputs written by xtask/fixtures/gen_model_fixtures.py.
 pub fn expected(name: &str) -> std::collections::HashMap<String, Tensor> {
-    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/expected")).join(format!("{name}.safetensors"));
+    let p = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/expected"
+    ))
+    .join(format!("{name}.safetensors"));
     candle_core::safetensors::load(p, &Device::Cpu).unwrap()
 }
 
