@@ -136,8 +136,31 @@ pub(crate) fn mask_rows(func: &str, mask: &Tensor) -> Result<Vec<Vec<f32>>> {
         .ctx(func)
 }
 
-/// The additive attention bias `[N, 1, L, P + L]`: 0 where query `i` (at cache offset `P + i`)
-/// may attend key `j` (`j ≤ P + i` and `mask[j] = 1`), [`MASK_VALUE`] elsewhere.
+/// The additive attention bias, kept as two broadcast factors so that no `[N, 1, L, P + L]`
+/// tensor is materialised: a causal part `[1, 1, L, P + L]` ([`MASK_VALUE`] where key `j` lies
+/// after query `i`, i.e. `j > P + i`) and a key-padding part `[N, 1, 1, P + L]`
+/// ([`MASK_VALUE`] on padded keys). Both are `None` when they would be all zeros.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct AttentionBias {
+    causal: Option<Tensor>,
+    pad: Option<Tensor>,
+}
+
+impl AttentionBias {
+    /// Adds the bias to attention scores `[N, heads, L, P + L]`.
+    pub fn apply(&self, scores: &Tensor) -> candle_core::Result<Tensor> {
+        let mut s = scores.clone();
+        if let Some(c) = &self.causal {
+            s = s.broadcast_add(c)?;
+        }
+        if let Some(p) = &self.pad {
+            s = s.broadcast_add(p)?;
+        }
+        Ok(s)
+    }
+}
+
+/// Builds the [`AttentionBias`] of `l` new queries after `past` cached positions.
 pub(crate) fn attention_bias(
     func: &str,
     mask: Option<&Tensor>,
@@ -146,14 +169,25 @@ pub(crate) fn attention_bias(
     past: usize,
     dtype: DType,
     device: &Device,
-) -> Result<Option<Tensor>> {
+) -> Result<AttentionBias> {
     let s = past + l;
-    if mask.is_none() && l == 1 {
-        return Ok(None);
-    }
+    let neg = MASK_VALUE as f32;
+    let causal = if l > 1 {
+        let mut bias = vec![0f32; l * s];
+        for i in 0..l {
+            for j in (past + i + 1)..s {
+                bias[i * s + j] = neg;
+            }
+        }
+        let t = Tensor::from_vec(bias, (1, 1, l, s), device)
+            .and_then(|t| t.to_dtype(dtype))
+            .ctx(func)?;
+        Some(t)
+    } else {
+        None
+    };
     let pad = match mask {
         Some(m) => {
-            let rows = mask_rows(func, m)?;
             if m.dims() != [n, s] {
                 return Err(Error::shape(
                     func,
@@ -162,25 +196,22 @@ pub(crate) fn attention_bias(
                     m.dims(),
                 ));
             }
-            Some(rows)
+            let rows = mask_rows(func, m)?;
+            if rows.iter().flatten().all(|&x| x != 0.0) {
+                None
+            } else {
+                let bias: Vec<f32> = rows
+                    .iter()
+                    .flatten()
+                    .map(|&x| if x != 0.0 { 0.0 } else { neg })
+                    .collect();
+                let t = Tensor::from_vec(bias, (n, 1, 1, s), device)
+                    .and_then(|t| t.to_dtype(dtype))
+                    .ctx(func)?;
+                Some(t)
+            }
         }
         None => None,
     };
-    let rows = if pad.is_some() { n } else { 1 };
-    let mut bias = vec![0f32; rows * l * s];
-    for r in 0..rows {
-        for i in 0..l {
-            for j in 0..s {
-                let causal = j <= past + i;
-                let real = pad.as_ref().is_none_or(|p| p[r][j] != 0.0);
-                if !(causal && real) {
-                    bias[(r * l + i) * s + j] = MASK_VALUE as f32;
-                }
-            }
-        }
-    }
-    let t = Tensor::from_vec(bias, (rows, 1, l, s), device)
-        .and_then(|t| t.to_dtype(dtype))
-        .ctx(func)?;
-    Ok(Some(t))
+    Ok(AttentionBias { causal, pad })
 }

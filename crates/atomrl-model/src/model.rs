@@ -649,7 +649,7 @@ impl CausalLm {
             .hidden(
                 &ids,
                 (&cos, &sin),
-                bias.as_ref(),
+                &bias,
                 cache.map(|c| &mut c.layers),
                 self.train,
             )

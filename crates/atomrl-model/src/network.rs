@@ -3,6 +3,7 @@
 use candle_core::{Result, Tensor};
 
 use crate::config::{Architecture, ModelConfig};
+use crate::input::AttentionBias;
 use crate::linear::{Linear, LoraAdapter};
 use crate::ops::{apply_rope, repeat_kv, rms_norm, softmax_last};
 
@@ -52,7 +53,7 @@ impl Attention {
         &self,
         x: &Tensor,
         rope: (&Tensor, &Tensor),
-        bias: Option<&Tensor>,
+        bias: &AttentionBias,
         slot: Option<&mut Option<(Tensor, Tensor)>>,
         train: bool,
     ) -> Result<Tensor> {
@@ -82,10 +83,7 @@ impl Attention {
         let k = repeat_kv(&k, nh / nkv)?;
         let v = repeat_kv(&v, nh / nkv)?;
         let scores = (q.matmul(&k.t()?)? * (1.0 / (hd as f64).sqrt()))?;
-        let scores = match bias {
-            Some(b) => scores.broadcast_add(b)?,
-            None => scores,
-        };
+        let scores = bias.apply(&scores)?;
         let p = softmax_last(&scores)?;
         let out = p.matmul(&v)?.transpose(1, 2)?.reshape((n, l, nh * hd))?;
         self.o.forward(&out, train)
@@ -121,7 +119,7 @@ impl DecoderLayer {
         &self,
         x: &Tensor,
         rope: (&Tensor, &Tensor),
-        bias: Option<&Tensor>,
+        bias: &AttentionBias,
         slot: Option<&mut Option<(Tensor, Tensor)>>,
         train: bool,
     ) -> Result<Tensor> {
@@ -209,7 +207,7 @@ impl Network {
         &self,
         ids: &Tensor,
         rope: (&Tensor, &Tensor),
-        bias: Option<&Tensor>,
+        bias: &AttentionBias,
         mut cache: Option<&mut Vec<Option<(Tensor, Tensor)>>>,
         train: bool,
     ) -> Result<Tensor> {
