@@ -407,6 +407,24 @@ impl CausalLm {
         sorted_vars(map).into_iter().map(|(_, v)| v).collect()
     }
 
+    /// The [`VarMap`] of [`CausalLm::trainable_vars`]: the LoRA adapters (PEFT names) when
+    /// attached, otherwise the base weights (HF names).
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig, LoraConfig};
+    /// # let c = ModelConfig::new(Architecture::Qwen2, 8, 4, 4, 1, 1, 1)?;
+    /// let mut m = CausalLm::from_config_random(c, 0, candle_core::DType::F32, &candle_core::Device::Cpu)?;
+    /// m.add_lora(LoraConfig::new(2, 2.0).with_targets(&["v_proj"])?, 0)?;
+    /// assert_eq!(m.trainable_varmap().all_vars().len(), 2);
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn trainable_varmap(&self) -> &VarMap {
+        match &self.lora {
+            Some(l) => &l.vars,
+            None => &self.weights,
+        }
+    }
+
     /// A base weight by Hugging Face name (sharing the variable's storage).
     ///
     /// ```
