@@ -1,0 +1,740 @@
+//! [`ChatTokenizer`]: a Hugging Face tokenizer with the model's own chat template.
+
+use std::path::Path;
+
+use atomrl_core::{Error, Result};
+use minijinja::value::{from_args, Value, ValueKind};
+use minijinja::{Environment, ErrorKind, State};
+use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
+
+use crate::rollout::{FinishReason, RolloutBatch};
+
+/// One chat message, as in Hugging Face's `apply_chat_template(messages)`.
+///
+/// ```
+/// let m = atomrl_sample::ChatMessage::user("What is 2 + 2?");
+/// assert_eq!((m.role.as_str(), m.content.as_str()), ("user", "What is 2 + 2?"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// `system`, `user`, `assistant`, ...
+    pub role: String,
+    /// The message text.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A message with the given role.
+    ///
+    /// ```
+    /// assert_eq!(atomrl_sample::ChatMessage::new("system", "Be brief.").role, "system");
+    /// ```
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+
+    /// A `user` message.
+    ///
+    /// ```
+    /// assert_eq!(atomrl_sample::ChatMessage::user("hi").role, "user");
+    /// ```
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::new("user", content)
+    }
+}
+
+const TEMPLATE_NAME: &str = "chat_template";
+
+/// A Hugging Face tokenizer folder: `tokenizer.json` (through the `tokenizers` crate), the
+/// special tokens and `chat_template` of `tokenizer_config.json` (or `chat_template.jinja`),
+/// and the EOS ids of `generation_config.json` / `config.json` when present.
+///
+/// Chat templates are rendered with minijinja configured as transformers configures jinja2
+/// (`trim_blocks`, `lstrip_blocks`, loop controls), with `raise_exception`, `strftime_now`,
+/// `tojson`, and the Python string / dict methods HF templates use (`startswith`, `strip`,
+/// `split`, `items`, `get`, ...).
+///
+/// ```
+/// use atomrl_sample::{ChatMessage, ChatTokenizer};
+/// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+/// let tok = ChatTokenizer::from_hf_dir(dir)?;
+/// let text = tok.apply_chat_template(&[ChatMessage::user("hi")], true)?;
+/// assert_eq!(text, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+/// let ids = tok.encode_chat_prompt("hi")?;
+/// assert_eq!(ids[0], 1); // <|im_start|>
+/// assert_eq!(tok.decode(&ids, false)?, text);
+/// assert_eq!((tok.eos_token_ids(), tok.pad_token_id()), (vec![2, 0], 0));
+/// # Ok::<(), atomrl_core::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct ChatTokenizer {
+    tokenizer: tokenizers::Tokenizer,
+    env: Option<Environment<'static>>,
+    bos_token: Option<String>,
+    eos_token: Option<String>,
+    pad_token: Option<String>,
+    unk_token: Option<String>,
+    eos_ids: Vec<u32>,
+    pad_id: u32,
+}
+
+impl ChatTokenizer {
+    /// Reads `dir/tokenizer.json` (required), `dir/tokenizer_config.json`,
+    /// `dir/chat_template.jinja`, `dir/generation_config.json` and `dir/config.json` (all
+    /// optional).
+    ///
+    /// EOS ids: the tokenizer's `eos_token`, then `generation_config.json`'s `eos_token_id`
+    /// (a number or a list; `config.json`'s when there is no generation config). Pad id: the
+    /// tokenizer's `pad_token`, else the configs' `pad_token_id`, else the first EOS id, else 0.
+    ///
+    /// # Errors
+    /// [`Error::File`] naming the file that is missing, unreadable or invalid (including a
+    /// chat template with a syntax error).
+    ///
+    /// ```
+    /// let err = atomrl_sample::ChatTokenizer::from_hf_dir("/no/such/dir").unwrap_err();
+    /// assert!(err.to_string().contains("tokenizer.json"));
+    /// ```
+    pub fn from_hf_dir(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref();
+        let tok_path = dir.join("tokenizer.json");
+        if !tok_path.is_file() {
+            return Err(Error::file(tok_path.display(), "tokenizer file not found"));
+        }
+        let tokenizer = tokenizers::Tokenizer::from_file(&tok_path)
+            .map_err(|e| Error::file(tok_path.display(), e))?;
+        let config = read_json_opt(&dir.join("tokenizer_config.json"))?.unwrap_or(Json::Null);
+        let token = |key: &str| match config.get(key) {
+            Some(Json::String(s)) => Some(s.clone()),
+            Some(Json::Object(o)) => o.get("content").and_then(Json::as_str).map(str::to_owned),
+            _ => None,
+        };
+        let template = match config.get("chat_template") {
+            Some(Json::String(s)) => Some(s.clone()),
+            Some(Json::Array(items)) => items
+                .iter()
+                .find(|t| t.get("name").and_then(Json::as_str) == Some("default"))
+                .or_else(|| items.first())
+                .and_then(|t| t.get("template"))
+                .and_then(Json::as_str)
+                .map(str::to_owned),
+            _ => None,
+        };
+        let jinja_path = dir.join("chat_template.jinja");
+        let template = match template {
+            Some(t) => Some(t),
+            None if jinja_path.is_file() => Some(
+                std::fs::read_to_string(&jinja_path)
+                    .map_err(|e| Error::file(jinja_path.display(), e))?,
+            ),
+            None => None,
+        };
+        let env = match template {
+            Some(t) => Some(template_env(t).map_err(|e| {
+                Error::file(
+                    dir.join("tokenizer_config.json").display(),
+                    format!("chat_template: {e:#}"),
+                )
+            })?),
+            None => None,
+        };
+        let generation = read_json_opt(&dir.join("generation_config.json"))?;
+        let model_config = read_json_opt(&dir.join("config.json"))?;
+        let gen_or_model = generation.as_ref().or(model_config.as_ref());
+
+        let (bos_token, eos_token, pad_token, unk_token) = (
+            token("bos_token"),
+            token("eos_token"),
+            token("pad_token"),
+            token("unk_token"),
+        );
+        let mut eos_ids = Vec::new();
+        if let Some(id) = eos_token.as_deref().and_then(|t| tokenizer.token_to_id(t)) {
+            eos_ids.push(id);
+        }
+        for id in gen_or_model
+            .map(|c| ids_of(c.get("eos_token_id")))
+            .unwrap_or_default()
+        {
+            if !eos_ids.contains(&id) {
+                eos_ids.push(id);
+            }
+        }
+        let pad_id = pad_token
+            .as_deref()
+            .and_then(|t| tokenizer.token_to_id(t))
+            .or_else(|| gen_or_model.and_then(|c| ids_of(c.get("pad_token_id")).first().copied()))
+            .or_else(|| {
+                model_config
+                    .as_ref()
+                    .and_then(|c| ids_of(c.get("pad_token_id")).first().copied())
+            })
+            .or_else(|| eos_ids.first().copied())
+            .unwrap_or(0);
+        Ok(Self {
+            tokenizer,
+            env,
+            bos_token,
+            eos_token,
+            pad_token,
+            unk_token,
+            eos_ids,
+            pad_id,
+        })
+    }
+
+    /// Token ids of `text`; `add_special_tokens` adds the tokenizer's post-processor tokens
+    /// (BOS for some models; chat-templated text should use `false`).
+    ///
+    /// # Errors
+    /// [`Error::Value`] if the tokenizer fails.
+    ///
+    /// ```
+    /// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+    /// let tok = atomrl_sample::ChatTokenizer::from_hf_dir(dir)?;
+    /// let ids = tok.encode("hello world", false)?;
+    /// assert_eq!(tok.decode(&ids, true)?, "hello world");
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
+        let enc = self
+            .tokenizer
+            .encode(text, add_special_tokens)
+            .map_err(|e| {
+                Error::value(
+                    "ChatTokenizer::encode",
+                    "text",
+                    "text the tokenizer accepts",
+                    e,
+                )
+            })?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// The text of `ids`; `skip_special_tokens` drops special tokens (`<|im_end|>`, ...).
+    ///
+    /// # Errors
+    /// [`Error::Value`] if the tokenizer fails (e.g. an id outside the vocabulary).
+    ///
+    /// ```
+    /// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+    /// let tok = atomrl_sample::ChatTokenizer::from_hf_dir(dir)?;
+    /// assert_eq!(tok.decode(&[2], false)?, "<|im_end|>");
+    /// assert_eq!(tok.decode(&[2], true)?, "");
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
+        self.tokenizer
+            .decode(ids, skip_special_tokens)
+            .map_err(|e| {
+                Error::value(
+                    "ChatTokenizer::decode",
+                    "ids",
+                    "token ids of the vocabulary",
+                    e,
+                )
+            })
+    }
+
+    /// Whether the folder has a chat template.
+    ///
+    /// ```
+    /// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+    /// assert!(atomrl_sample::ChatTokenizer::from_hf_dir(dir)?.has_chat_template());
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn has_chat_template(&self) -> bool {
+        self.env.is_some()
+    }
+
+    /// Renders the chat template on `messages` (transformers' `apply_chat_template(messages,
+    /// tokenize=False, add_generation_prompt=..)`). The template sees `messages`,
+    /// `add_generation_prompt` and the special tokens `bos_token`, `eos_token`, `pad_token`,
+    /// `unk_token`.
+    ///
+    /// # Errors
+    /// [`Error::Missing`] when the folder has no chat template, [`Error::Value`] when rendering
+    /// fails (including the template's own `raise_exception`).
+    ///
+    /// ```
+    /// use atomrl_sample::{ChatMessage, ChatTokenizer};
+    /// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+    /// let tok = ChatTokenizer::from_hf_dir(dir)?;
+    /// let text = tok.apply_chat_template(&[ChatMessage::new("system", "S"), ChatMessage::user("U")], false)?;
+    /// assert_eq!(text, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n");
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn apply_chat_template(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let func = "ChatTokenizer::apply_chat_template";
+        let env = self.env.as_ref().ok_or_else(|| {
+            Error::missing(
+                func,
+                "chat_template",
+                "a `chat_template` in tokenizer_config.json or chat_template.jinja",
+            )
+        })?;
+        let template = env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| Error::value(func, "chat_template", "a template", format!("{e:#}")))?;
+        let ctx = minijinja::context! {
+            messages => Value::from_serialize(messages),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos_token.clone().unwrap_or_default(),
+            eos_token => self.eos_token.clone().unwrap_or_default(),
+            pad_token => self.pad_token.clone().unwrap_or_default(),
+            unk_token => self.unk_token.clone().unwrap_or_default(),
+        };
+        template.render(ctx).map_err(|e| {
+            Error::value(
+                func,
+                "messages",
+                "messages the chat template accepts",
+                format!("{e:#}"),
+            )
+        })
+    }
+
+    /// Token ids of one user message `prompt` with the generation prompt, through the chat
+    /// template (no extra special tokens: the template writes them).
+    ///
+    /// # Errors
+    /// As [`ChatTokenizer::apply_chat_template`] and [`ChatTokenizer::encode`].
+    ///
+    /// See [`ChatTokenizer`] for an example.
+    pub fn encode_chat_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
+        let text = self.apply_chat_template(&[ChatMessage::user(prompt)], true)?;
+        self.encode(&text, false)
+    }
+
+    /// The ids that end a completion (see [`ChatTokenizer::from_hf_dir`]); the usual
+    /// [`SamplingParams::stop_token_ids`](crate::SamplingParams::stop_token_ids).
+    ///
+    /// See [`ChatTokenizer`] for an example.
+    pub fn eos_token_ids(&self) -> Vec<u32> {
+        self.eos_ids.clone()
+    }
+
+    /// The padding id (see [`ChatTokenizer::from_hf_dir`]).
+    ///
+    /// See [`ChatTokenizer`] for an example.
+    pub fn pad_token_id(&self) -> u32 {
+        self.pad_id
+    }
+
+    /// Vocabulary size, added tokens included.
+    ///
+    /// ```
+    /// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+    /// assert_eq!(atomrl_sample::ChatTokenizer::from_hf_dir(dir)?.vocab_size(), 512);
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn vocab_size(&self) -> usize {
+        self.tokenizer.get_vocab_size(true)
+    }
+
+    /// The underlying `tokenizers` tokenizer.
+    ///
+    /// ```
+    /// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+    /// let tok = atomrl_sample::ChatTokenizer::from_hf_dir(dir)?;
+    /// assert_eq!(tok.inner().token_to_id("<|im_end|>"), Some(2));
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn inner(&self) -> &tokenizers::Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The completions' text: each row's tokens decoded without special tokens; a row that
+    /// ended on a stop string is cut before the first occurrence of a stop string (vLLM's
+    /// `include_stop_str_in_output = False`; the tokens and the mask keep the token that
+    /// completed it).
+    ///
+    /// # Errors
+    /// As [`ChatTokenizer::decode`].
+    ///
+    /// ```
+    /// use atomrl_model::CausalLm;
+    /// use atomrl_sample::{generate_samples, ChatTokenizer, SamplingParams};
+    /// use candle_core::{DType, Device};
+    /// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+    /// let tok = ChatTokenizer::from_hf_dir(dir)?;
+    /// let model = CausalLm::from_hf_dir(dir, DType::F32, &Device::Cpu)?;
+    /// let p = SamplingParams { max_new_tokens: 4, ..Default::default() };
+    /// let out = generate_samples(&model, &[tok.encode_chat_prompt("hi")?], &p, Some(&tok))?;
+    /// assert_eq!(tok.decode_completions(&out, &p.stop_strings)?.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn decode_completions(
+        &self,
+        batch: &RolloutBatch,
+        stop_strings: &[String],
+    ) -> Result<Vec<String>> {
+        batch
+            .completion_rows()?
+            .iter()
+            .zip(&batch.finish_reasons)
+            .map(|(ids, reason)| {
+                let mut text = self.decode(ids, true)?;
+                if *reason == FinishReason::Stop {
+                    if let Some(cut) = stop_strings
+                        .iter()
+                        .filter_map(|s| text.find(s.as_str()))
+                        .min()
+                    {
+                        text.truncate(cut);
+                    }
+                }
+                Ok(text)
+            })
+            .collect()
+    }
+}
+
+fn read_json_opt(path: &Path) -> Result<Option<Json>> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| Error::file(path.display(), e))?;
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| Error::file(path.display(), e))
+}
+
+fn ids_of(v: Option<&Json>) -> Vec<u32> {
+    match v {
+        Some(Json::Number(n)) => n
+            .as_u64()
+            .and_then(|x| u32::try_from(x).ok())
+            .into_iter()
+            .collect(),
+        Some(Json::Array(items)) => items
+            .iter()
+            .filter_map(|x| x.as_u64().and_then(|x| u32::try_from(x).ok()))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A minijinja environment set up as transformers sets up jinja2 for chat templates.
+fn template_env(template: String) -> std::result::Result<Environment<'static>, minijinja::Error> {
+    let mut env = Environment::new();
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.add_function(
+        "raise_exception",
+        |msg: String| -> std::result::Result<Value, minijinja::Error> {
+            Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
+        },
+    );
+    env.add_function("strftime_now", |fmt: String| strftime_now(&fmt));
+    env.add_filter("tojson", tojson);
+    env.set_unknown_method_callback(python_methods);
+    env.add_template_owned(TEMPLATE_NAME, template)?;
+    Ok(env)
+}
+
+/// transformers' `tojson`: `json.dumps(x, ensure_ascii=False)` with Python's separators
+/// (`", "`, `": "`), or `indent` spaces per level.
+fn tojson(
+    value: &Value,
+    kwargs: minijinja::value::Kwargs,
+) -> std::result::Result<Value, minijinja::Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    // Accepted for compatibility; keys keep their order (HF templates pass sort_keys=False).
+    let _: Option<bool> = kwargs.get("ensure_ascii")?;
+    let _: Option<bool> = kwargs.get("sort_keys")?;
+    kwargs.assert_all_used()?;
+    let json = serde_json::to_value(value)
+        .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+    let mut out = String::new();
+    write_py_json(&json, indent, 0, &mut out);
+    Ok(Value::from_safe_string(out))
+}
+
+fn write_py_json(v: &Json, indent: Option<usize>, depth: usize, out: &mut String) {
+    let newline = |out: &mut String, depth: usize| {
+        if let Some(n) = indent {
+            out.push('\n');
+            out.push_str(&" ".repeat(n * depth));
+        }
+    };
+    let item_sep = if indent.is_some() { "," } else { ", " };
+    match v {
+        Json::Array(items) if !items.is_empty() => {
+            out.push('[');
+            for (i, x) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(item_sep);
+                }
+                newline(out, depth + 1);
+                write_py_json(x, indent, depth + 1, out);
+            }
+            newline(out, depth);
+            out.push(']');
+        }
+        Json::Object(map) if !map.is_empty() => {
+            out.push('{');
+            for (i, (k, x)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(item_sep);
+                }
+                newline(out, depth + 1);
+                out.push_str(&Json::String(k.clone()).to_string());
+                out.push_str(": ");
+                write_py_json(x, indent, depth + 1, out);
+            }
+            newline(out, depth);
+            out.push('}');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// The Python `str` and `dict` methods HF chat templates call.
+fn python_methods(
+    _state: &State,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> std::result::Result<Value, minijinja::Error> {
+    let unknown = || Err(minijinja::Error::from(ErrorKind::UnknownMethod));
+    if let Some(s) = value.as_str() {
+        return match method {
+            "startswith" | "endswith" => {
+                let (pat,): (Value,) = from_args(args)?;
+                let pats: Vec<String> = match pat.as_str() {
+                    Some(p) => vec![p.to_owned()],
+                    None => pat
+                        .try_iter()?
+                        .filter_map(|p| p.as_str().map(str::to_owned))
+                        .collect(),
+                };
+                let hit = pats.iter().any(|p| {
+                    if method == "startswith" {
+                        s.starts_with(p.as_str())
+                    } else {
+                        s.ends_with(p.as_str())
+                    }
+                });
+                Ok(Value::from(hit))
+            }
+            "strip" | "lstrip" | "rstrip" => {
+                let (chars,): (Option<String>,) = from_args(args)?;
+                let f = |c: char| {
+                    chars
+                        .as_deref()
+                        .map_or(c.is_whitespace(), |cs| cs.contains(c))
+                };
+                let out = match method {
+                    "strip" => s.trim_matches(f),
+                    "lstrip" => s.trim_start_matches(f),
+                    _ => s.trim_end_matches(f),
+                };
+                Ok(Value::from(out))
+            }
+            "split" | "rsplit" => {
+                let (sep, maxsplit): (Option<String>, Option<i64>) = from_args(args)?;
+                let max = maxsplit.filter(|&m| m >= 0).map(|m| m as usize);
+                let parts: Vec<Value> = match (sep.as_deref(), max) {
+                    (None, _) => s.split_whitespace().map(Value::from).collect(),
+                    (Some(sep), None) => s.split(sep).map(Value::from).collect(),
+                    (Some(sep), Some(m)) if method == "split" => {
+                        s.splitn(m + 1, sep).map(Value::from).collect()
+                    }
+                    (Some(sep), Some(m)) => {
+                        let mut v: Vec<Value> = s.rsplitn(m + 1, sep).map(Value::from).collect();
+                        v.reverse();
+                        v
+                    }
+                };
+                Ok(Value::from(parts))
+            }
+            "upper" => Ok(Value::from(s.to_uppercase())),
+            "lower" => Ok(Value::from(s.to_lowercase())),
+            "replace" => {
+                let (from, to): (String, String) = from_args(args)?;
+                Ok(Value::from(s.replace(&from, &to)))
+            }
+            "find" => {
+                let (pat,): (String,) = from_args(args)?;
+                Ok(Value::from(
+                    s.find(&pat).map_or(-1, |i| s[..i].chars().count() as i64),
+                ))
+            }
+            "count" => {
+                let (pat,): (String,) = from_args(args)?;
+                Ok(Value::from(s.matches(&pat).count()))
+            }
+            "isdigit" => Ok(Value::from(
+                !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()),
+            )),
+            "join" => {
+                let (items,): (Value,) = from_args(args)?;
+                let parts: Vec<String> = items.try_iter()?.map(|v| v.to_string()).collect();
+                Ok(Value::from(parts.join(s)))
+            }
+            _ => unknown(),
+        };
+    }
+    if value.kind() == ValueKind::Map {
+        return match method {
+            "items" => {
+                let pairs: Vec<Value> = value
+                    .try_iter()?
+                    .map(|k| {
+                        let v = value.get_item(&k).unwrap_or_default();
+                        Value::from(vec![k, v])
+                    })
+                    .collect();
+                Ok(Value::from(pairs))
+            }
+            "keys" => Ok(Value::from(value.try_iter()?.collect::<Vec<_>>())),
+            "values" => Ok(Value::from(
+                value
+                    .try_iter()?
+                    .map(|k| value.get_item(&k).unwrap_or_default())
+                    .collect::<Vec<_>>(),
+            )),
+            "get" => {
+                let (key, default): (Value, Option<Value>) = from_args(args)?;
+                let v = value.get_item(&key).unwrap_or_default();
+                Ok(if v.is_undefined() || v.is_none() {
+                    default.unwrap_or(Value::from(()))
+                } else {
+                    v
+                })
+            }
+            _ => unknown(),
+        };
+    }
+    unknown()
+}
+
+/// The current UTC time formatted with the common `strftime` codes (`%Y %m %d %H %M %S %B %b
+/// %A %a %j %%`), for templates that print today's date.
+fn strftime_now(fmt: &str) -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    const DAYS: [&str; 7] = [
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+    ];
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    let cum = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
+    let yday = cum[(month - 1) as usize] + day + i64::from(leap && month > 2);
+    let month_name = MONTHS[(month - 1) as usize];
+    let day_name = DAYS[days.rem_euclid(7) as usize];
+    let mut out = String::new();
+    let mut chars = fmt.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('Y') => out.push_str(&year.to_string()),
+            Some('m') => out.push_str(&format!("{month:02}")),
+            Some('d') => out.push_str(&format!("{day:02}")),
+            Some('H') => out.push_str(&format!("{:02}", rem / 3600)),
+            Some('M') => out.push_str(&format!("{:02}", rem % 3600 / 60)),
+            Some('S') => out.push_str(&format!("{:02}", rem % 60)),
+            Some('j') => out.push_str(&format!("{yday:03}")),
+            Some('B') => out.push_str(month_name),
+            Some('b') => out.push_str(&month_name[..3]),
+            Some('A') => out.push_str(day_name),
+            Some('a') => out.push_str(&day_name[..3]),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(template: &str, messages: &[ChatMessage], gen: bool) -> String {
+        let env = template_env(template.to_owned()).unwrap();
+        env.get_template(TEMPLATE_NAME)
+            .unwrap()
+            .render(minijinja::context! { messages => Value::from_serialize(messages), add_generation_prompt => gen })
+            .unwrap()
+    }
+
+    #[test]
+    fn python_string_methods_and_trim_blocks_work() {
+        let t = "{% for m in messages %}\n  {% if m.content.startswith('<x>') %}\nX{{ m.content.strip('<>x ').upper() }}|\n  {% else %}\n{{ m['content'].split(',')[1].lstrip() }}|\n  {% endif %}\n{% endfor %}";
+        let msgs = [ChatMessage::user("<x> ab "), ChatMessage::user("a, b")];
+        assert_eq!(render(t, &msgs, false), "XAB|\nb|\n");
+    }
+
+    #[test]
+    fn raise_exception_is_an_error_and_loop_controls_work() {
+        let env = template_env("{{ raise_exception('no system') }}".into()).unwrap();
+        let e = env
+            .get_template(TEMPLATE_NAME)
+            .unwrap()
+            .render(minijinja::context! {})
+            .unwrap_err();
+        assert!(format!("{e:#}").contains("no system"));
+        let t = "{% for m in messages %}{% if loop.index0 == 1 %}{% continue %}{% endif %}{{ m.content }}{% endfor %}{{ {'a': 1} | tojson }}";
+        let msgs = [
+            ChatMessage::user("a"),
+            ChatMessage::user("b"),
+            ChatMessage::user("c"),
+        ];
+        assert_eq!(render(t, &msgs, false), "ac{\"a\": 1}");
+    }
+
+    #[test]
+    fn strftime_now_formats_a_date() {
+        let s = strftime_now("%Y-%m-%d %b %%");
+        assert_eq!(s.len(), "2025-01-01 Jan %".len(), "{s}");
+        assert!(s.starts_with("20"), "{s}");
+    }
+}

@@ -1,0 +1,261 @@
+//! [`generate_samples`]: G sampled completions per prompt, as a [`RolloutBatch`].
+
+use atomrl_core::{CandleContext, Error, Result};
+use atomrl_model::CausalLm;
+use candle_core::{DType, Device, Tensor};
+
+use crate::chat::ChatTokenizer;
+use crate::decoder::{check_prompts, BatchDecoder, CacheMode};
+use crate::params::SamplingParams;
+use crate::process::{sample_row, RowRng};
+use crate::rollout::{FinishReason, RolloutBatch};
+
+/// Samples `G = params.num_generations` completions for each prompt with batched KV-cache
+/// decoding, and returns them with their masks, lengths, finish reasons and sampling
+/// log-probabilities.
+///
+/// - Rows are prompt-major: row `b·G + g` is completion `g` of prompt `b`
+///   (`group_index[row] = b`). Prompts are left-padded and computed once each (the cache is
+///   then repeated G times); each step feeds one token per running row.
+/// - A row ends when it samples a token of `params.stop_token_ids` (finish reason `eos`;
+///   the token is kept, inside the mask), when its decoded text comes to contain a stop
+///   string (`stop`; the completion ends with the token that completed the string, which may
+///   span several tokens), or after `max_new_tokens` tokens (`length`). Finished rows are
+///   dropped from the running batch and its KV cache.
+/// - Sampling: see [`process_logits_row`](crate::process_logits_row) (temperature 0 =
+///   greedy). Row `r` draws from its own generator [`RowRng::new(seed, r)`](RowRng), so the
+///   same seed gives the same completions, whatever else runs in the batch.
+/// - `sampling_log_probs`: `log softmax(logits / T)` of the sampled token under the raw
+///   logits (no repetition penalty, no top-k/top-p/min-p truncation; `T = 1` when greedy),
+///   which is what `get_action_log_probs(model, ids, mask, T, temperature)` recomputes.
+/// - Padding id: `stop_decoder`'s pad id, else 0.
+///
+/// The model is used through an inference view ([`CausalLm::detached`]): no backward graph
+/// is recorded.
+///
+/// # Shapes
+/// `B` prompts of any lengths → a [`RolloutBatch`] of `R = B·G` rows: `prompt_ids [R, P]`,
+/// `completion_ids [R, T]` with `T ≤ max_new_tokens` the longest completion.
+///
+/// # Errors
+/// [`Error::Value`] for invalid `params` (naming the field), no prompts, an empty prompt or
+/// a token id outside the vocabulary (`prompts[b][j]`); [`Error::Missing`] when
+/// `stop_strings` is non-empty and no `stop_decoder` is given; model errors otherwise.
+///
+/// ```
+/// use atomrl_model::CausalLm;
+/// use atomrl_sample::{generate_samples, FinishReason, SamplingParams};
+/// use candle_core::{DType, Device};
+/// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+/// let model = CausalLm::from_hf_dir(dir, DType::F32, &Device::Cpu)?;
+/// let params = SamplingParams { num_generations: 3, max_new_tokens: 5, seed: 1, ..Default::default() };
+/// let out = generate_samples(&model, &[vec![1, 20, 30], vec![1, 40]], &params, None)?;
+/// assert_eq!(out.completion_ids.dims()[0], 6);
+/// assert_eq!(out.group_index, vec![0, 0, 0, 1, 1, 1]);
+/// assert!(out.finish_reasons.iter().all(|r| *r == FinishReason::Length));
+/// let again = generate_samples(&model, &[vec![1, 20, 30], vec![1, 40]], &params, None)?;
+/// assert_eq!(out.completion_rows()?, again.completion_rows()?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn generate_samples(
+    model: &CausalLm,
+    prompts: &[Vec<u32>],
+    params: &SamplingParams,
+    stop_decoder: Option<&ChatTokenizer>,
+) -> Result<RolloutBatch> {
+    generate_samples_with(model, prompts, params, stop_decoder, CacheMode::KvCache)
+}
+
+/// [`generate_samples`] with a choice of [`CacheMode`]: `Recompute` is the no-cache baseline
+/// (each step re-runs the whole sequence) and gives the same completions up to float rounding.
+///
+/// # Errors
+/// As [`generate_samples`].
+///
+/// ```
+/// use atomrl_model::CausalLm;
+/// use atomrl_sample::{generate_samples, generate_samples_with, CacheMode, SamplingParams};
+/// use candle_core::{DType, Device};
+/// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+/// let model = CausalLm::from_hf_dir(dir, DType::F32, &Device::Cpu)?;
+/// let p = SamplingParams { temperature: 0.0, max_new_tokens: 4, ..Default::default() };
+/// let a = generate_samples(&model, &[vec![1, 7, 8]], &p, None)?;
+/// let b = generate_samples_with(&model, &[vec![1, 7, 8]], &p, None, CacheMode::Recompute)?;
+/// assert_eq!(a.completion_rows()?, b.completion_rows()?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn generate_samples_with(
+    model: &CausalLm,
+    prompts: &[Vec<u32>],
+    params: &SamplingParams,
+    stop_decoder: Option<&ChatTokenizer>,
+    mode: CacheMode,
+) -> Result<RolloutBatch> {
+    let func = "generate_samples";
+    params.validate()?;
+    check_prompts(func, prompts, model.config().vocab_size)?;
+    let stops = match (params.stop_strings.is_empty(), stop_decoder) {
+        (true, _) => None,
+        (false, Some(tok)) => Some(StopStrings::new(&params.stop_strings, tok)),
+        (false, None) => {
+            return Err(Error::missing(
+                func,
+                "stop_decoder",
+                "a tokenizer to decode completions for `stop_strings`",
+            ));
+        }
+    };
+    let pad_id = stop_decoder.map_or(0, ChatTokenizer::pad_token_id);
+    let view = model.detached();
+    let g = params.num_generations;
+    let r_total = prompts.len() * g;
+    let vocab = model.config().vocab_size;
+
+    let mut decoder = BatchDecoder::new(&view, mode);
+    let mut logits = decoder.prefill(prompts, g)?;
+    let mut rngs: Vec<RowRng> = (0..r_total).map(|r| RowRng::new(params.seed, r)).collect();
+    let mut completions: Vec<Vec<u32>> = vec![Vec::new(); r_total];
+    let mut log_probs: Vec<Vec<f32>> = vec![Vec::new(); r_total];
+    let mut finish: Vec<FinishReason> = vec![FinishReason::Length; r_total];
+    let penalised = params.repetition_penalty != 1.0;
+    let mut histories: Vec<Vec<u32>> = if penalised {
+        (0..r_total).map(|r| prompts[r / g].clone()).collect()
+    } else {
+        Vec::new()
+    };
+    let mut scratch = Vec::new();
+    loop {
+        let flat = logits
+            .to_dtype(DType::F32)
+            .and_then(|t| t.flatten_all())
+            .and_then(|t| t.to_vec1::<f32>())
+            .ctx(func)?;
+        let active = decoder.active_rows().to_vec();
+        let mut keep = Vec::with_capacity(active.len());
+        let mut next = Vec::with_capacity(active.len());
+        for (a, (&row, raw)) in active.iter().zip(flat.chunks(vocab)).enumerate() {
+            let history = if penalised {
+                histories[row].as_slice()
+            } else {
+                &[]
+            };
+            let (tok, lp) = sample_row(raw, params, history, &mut rngs[row], &mut scratch);
+            completions[row].push(tok);
+            log_probs[row].push(lp);
+            if penalised {
+                histories[row].push(tok);
+            }
+            let reason = if params.stop_token_ids.contains(&tok) {
+                Some(FinishReason::Eos)
+            } else if let Some(s) = &stops {
+                if s.hit(&completions[row])? {
+                    Some(FinishReason::Stop)
+                } else {
+                    None
+                }
+            } else {
+                None
+            };
+            match reason {
+                Some(r) => finish[row] = r,
+                None if completions[row].len() >= params.max_new_tokens => {
+                    finish[row] = FinishReason::Length
+                }
+                None => {
+                    keep.push(a);
+                    next.push(tok);
+                }
+            }
+        }
+        if keep.is_empty() {
+            break;
+        }
+        decoder.retain(&keep)?;
+        logits = decoder.step(&next)?;
+    }
+    assemble(
+        prompts,
+        g,
+        pad_id,
+        completions,
+        log_probs,
+        finish,
+        model.device(),
+    )
+}
+
+/// Detects stop strings at the end of a completion by decoding only its last tokens.
+struct StopStrings<'a> {
+    strings: &'a [String],
+    tokenizer: &'a ChatTokenizer,
+    window: usize,
+}
+
+impl<'a> StopStrings<'a> {
+    fn new(strings: &'a [String], tokenizer: &'a ChatTokenizer) -> Self {
+        // Every (non-special) byte-level token decodes to at least one byte, so a stop string
+        // of n bytes that ends in the newest token lies within its last n tokens; a few more
+        // cover a UTF-8 character split across tokens at the window's start.
+        let window = strings.iter().map(String::len).max().unwrap_or(0) + 4;
+        Self {
+            strings,
+            tokenizer,
+            window,
+        }
+    }
+
+    /// Whether the completion's text now contains a stop string (it did not one token ago,
+    /// or decoding would have stopped there).
+    fn hit(&self, completion: &[u32]) -> Result<bool> {
+        let start = completion.len().saturating_sub(self.window);
+        let text = self.tokenizer.decode(&completion[start..], true)?;
+        Ok(self.strings.iter().any(|s| text.contains(s.as_str())))
+    }
+}
+
+fn assemble(
+    prompts: &[Vec<u32>],
+    g: usize,
+    pad_id: u32,
+    completions: Vec<Vec<u32>>,
+    log_probs: Vec<Vec<f32>>,
+    finish_reasons: Vec<FinishReason>,
+    dev: &Device,
+) -> Result<RolloutBatch> {
+    let func = "generate_samples";
+    let r = completions.len();
+    let p = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let t = completions.iter().map(Vec::len).max().unwrap_or(0);
+    let mut prompt_ids = Vec::with_capacity(r * p);
+    let mut prompt_mask = Vec::with_capacity(r * p);
+    for row in 0..r {
+        let x = &prompts[row / g];
+        let pad = p - x.len();
+        prompt_ids.extend(std::iter::repeat_n(pad_id, pad));
+        prompt_ids.extend_from_slice(x);
+        prompt_mask.extend(std::iter::repeat_n(0f32, pad));
+        prompt_mask.extend(std::iter::repeat_n(1f32, x.len()));
+    }
+    let mut ids = vec![pad_id; r * t];
+    let mut mask = vec![0f32; r * t];
+    let mut lps = vec![0f32; r * t];
+    for (row, (c, lp)) in completions.iter().zip(&log_probs).enumerate() {
+        ids[row * t..row * t + c.len()].copy_from_slice(c);
+        mask[row * t..row * t + c.len()]
+            .iter_mut()
+            .for_each(|m| *m = 1.0);
+        lps[row * t..row * t + lp.len()].copy_from_slice(lp);
+    }
+    let lengths: Vec<usize> = completions.iter().map(Vec::len).collect();
+    Ok(RolloutBatch {
+        prompt_ids: Tensor::from_vec(prompt_ids, (r, p), dev).ctx(func)?,
+        prompt_mask: Tensor::from_vec(prompt_mask, (r, p), dev).ctx(func)?,
+        completion_ids: Tensor::from_vec(ids, (r, t), dev).ctx(func)?,
+        completion_mask: Tensor::from_vec(mask, (r, t), dev).ctx(func)?,
+        num_generated_tokens: lengths.iter().sum(),
+        lengths,
+        finish_reasons,
+        sampling_log_probs: Tensor::from_vec(lps, (r, t), dev).ctx(func)?,
+        group_index: (0..r).map(|row| row / g).collect(),
+    })
+}

@@ -1,0 +1,61 @@
+//! Rollout generation for RL post-training of language models.
+//!
+//! - [`generate_samples`]: `G` sampled completions per prompt with batched KV-cache decoding
+//!   (left-padded prompts computed once each, finished rows dropped from the running batch),
+//!   returned as a [`RolloutBatch`]: ids, masks, lengths, [`FinishReason`]s and the sampling
+//!   log-probabilities that `atomrl_logprob::get_action_log_probs` recomputes.
+//! - [`SamplingParams`]: temperature (0 = greedy), top-k, top-p, min-p, repetition penalty,
+//!   stop token ids and stop strings, seed.
+//! - The pure per-step functions: [`process_logits`] / [`process_logits_row`] (the kept token
+//!   sets), [`sample_from_processed`], [`sample_tokens`], with per-row generators [`RowRng`].
+//! - [`BatchDecoder`]: the incremental decoder itself ([`CacheMode::KvCache`] or the
+//!   no-cache [`CacheMode::Recompute`] baseline).
+//! - [`ChatTokenizer`]: `tokenizer.json` plus the model's own chat template (minijinja).
+//!
+//! ```
+//! use atomrl_model::CausalLm;
+//! use atomrl_sample::{generate_samples, ChatTokenizer, SamplingParams};
+//! use candle_core::{DType, Device};
+//! let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+//! let model = CausalLm::from_hf_dir(dir, DType::F32, &Device::Cpu)?;
+//! let tok = ChatTokenizer::from_hf_dir(dir)?;
+//! let prompts = vec![tok.encode_chat_prompt("What is 2 + 2?")?];
+//! let params = SamplingParams {
+//!     num_generations: 4,
+//!     max_new_tokens: 8,
+//!     temperature: 0.9,
+//!     top_p: 0.95,
+//!     stop_token_ids: tok.eos_token_ids(),
+//!     seed: 42,
+//!     ..Default::default()
+//! };
+//! let out = generate_samples(&model, &prompts, &params, Some(&tok))?;
+//! assert_eq!(out.completion_ids.dims()[0], 4);
+//! let texts = tok.decode_completions(&out, &params.stop_strings)?;
+//! assert_eq!(texts.len(), 4);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Errors are [`atomrl_core::Error`] values naming the argument or field at fault.
+
+#![deny(missing_docs)]
+
+mod chat;
+mod decoder;
+mod generate;
+mod params;
+mod process;
+mod registry;
+mod rollout;
+
+pub use atomrl_core::{Error, Result};
+pub use chat::{ChatMessage, ChatTokenizer};
+pub use decoder::{BatchDecoder, CacheMode};
+pub use generate::{generate_samples, generate_samples_with};
+pub use params::SamplingParams;
+pub use process::{
+    process_logits, process_logits_row, sample_from_processed, sample_tokens, RowRng,
+    SampledTokens, FILTERED,
+};
+pub use registry::functions;
+pub use rollout::{FinishReason, RolloutBatch};
