@@ -46,6 +46,7 @@ mod entropy;
 mod kl;
 mod policy;
 mod registry;
+mod sft;
 
 pub use agg::{aggregate_loss, AggOptions, LossAgg};
 pub use atomrl_core::{Error, Result};
@@ -56,3 +57,4 @@ pub use policy::{
     DEFAULT_CLIP_LOW, LOG_RATIO_CLAMP,
 };
 pub use registry::functions;
+pub use sft::{compute_sft_loss, compute_sft_loss_from_logits, SftLossOutput, IGNORE_INDEX};

@@ -27,7 +27,49 @@ pub fn functions() -> Vec<AtomicFn> {
             spec: ENTROPY_FROM_LOGITS,
             run: run_entropy_from_logits,
         },
+        AtomicFn {
+            spec: COMPUTE_SFT_LOSS,
+            run: run_compute_sft_loss,
+        },
     ]
+}
+
+const COMPUTE_SFT_LOSS: FnSpec = FnSpec {
+    name: "compute_sft_loss",
+    crate_name: "atomrl-loss",
+    summary: "Supervised fine-tuning loss: token cross-entropy on completion tokens only (ignore_index = -100)",
+    formula: "\
+logp[n, t] = log_softmax(logits[n, t, :])[labels[n, t]]
+scored     = labels != -100  (and mask = 1 when a mask is given)
+loss       = sum(-logp * scored) / sum(scored)
+
+As torch.nn.functional.cross_entropy(logits.view(-1, V), labels.view(-1), ignore_index=-100):
+prompt and padding positions carry the label -100 (or mask 0) and do not count.
+The library form compute_sft_loss(log_probs, mask, global_tokens) takes log-probs directly and
+an optional global token count for exact gradient accumulation.",
+    inputs: &[
+        ArgSpec::tensor("logits", "[N, T, V]", "f32", "logits; position t predicts labels[:, t]"),
+        ArgSpec::tensor("labels", "[N, T]", "i64", "target token ids, -100 = not scored"),
+        ArgSpec::optional_tensor("mask", "[N, T]", "f32", "optional 0/1 mask of scored tokens"),
+    ],
+    outputs: &[
+        OutputSpec::new("loss", "scalar", "f32", "mean NLL over scored tokens"),
+        OutputSpec::new("per_token_loss", "[N, T]", "f32", "-log p(label), 0 where not scored"),
+        OutputSpec::new("num_tokens", "scalar", "int", "scored tokens"),
+    ],
+    example_input: r#"{"logits": [[[0, 0], [1, 3]]], "labels": [[1, -100]]}"#,
+    example_output: r#"{"loss": 0.6931472, "per_token_loss": {"shape": [1, 2], "data": [0.6931472, 0.0]}, "num_tokens": 1}"#,
+};
+
+fn run_compute_sft_loss(inputs: &Inputs) -> Result<Outputs> {
+    let logits = inputs.float_tensor("logits")?;
+    let labels = inputs.float_tensor("labels")?;
+    let mask = inputs.opt_float_tensor("mask")?;
+    let out = crate::compute_sft_loss_from_logits(&logits, &labels, mask.as_ref())?;
+    Ok(Outputs::new()
+        .scalar("loss", scalar(inputs.func(), &out.loss)?)
+        .tensor("per_token_loss", &out.per_token_loss)
+        .int("num_tokens", out.num_tokens as i64))
 }
 
 const LOSS_AGG_DOC: &str =

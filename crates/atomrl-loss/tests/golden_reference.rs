@@ -27,7 +27,10 @@ fn cases_dir() -> PathBuf {
 }
 
 fn generated_dir() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/generated"))
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/generated"
+    ))
 }
 
 fn read_json(path: &Path) -> Value {
@@ -110,4 +113,12 @@ fn rejections_name_the_argument() {
         e.contains("`estimator` must be one of k1, k2, k3, abs"),
         "{e}"
     );
+}
+
+/// `compute_sft_loss` against PyTorch's `cross_entropy(..., ignore_index=-100)`, cases made by
+/// `xtask/fixtures/gen_sft_cases.py`.
+#[test]
+fn compute_sft_loss_matches_torch_cross_entropy() {
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/sft"));
+    assert_eq!(run_cases(&dir, "compute_sft_loss"), 7);
 }
