@@ -307,10 +307,11 @@ pub(crate) fn sample_row(
         && params.top_k == 0
         && params.top_p >= 1.0
         && params.min_p == 0.0;
-    let tok = if plain && params.is_greedy() {
+    if plain && !params.is_greedy() {
+        return sample_plain(raw, params.temperature, rng, scratch);
+    }
+    let tok = if plain {
         argmax(raw)
-    } else if plain && params.temperature == 1.0 {
-        sample_from_processed(raw, false, rng)
     } else {
         scratch.clear();
         scratch.extend_from_slice(raw);
@@ -318,6 +319,36 @@ pub(crate) fn sample_row(
         sample_from_processed(scratch, params.is_greedy(), rng)
     };
     (tok, raw_log_prob(raw, tok, params.temperature))
+}
+
+/// Unfiltered sampling from `softmax(raw / T)` in one pass over the row: the weights
+/// `exp((l − max) / T)` are computed once and serve both the draw and the log-probability.
+fn sample_plain(
+    raw: &[f32],
+    temperature: f64,
+    rng: &mut RowRng,
+    weights: &mut Vec<f32>,
+) -> (u32, f32) {
+    let max = raw.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let inv = (1.0 / temperature) as f32;
+    weights.clear();
+    weights.extend(raw.iter().map(|&l| ((l - max) * inv).exp()));
+    let total: f64 = weights.iter().map(|&w| f64::from(w)).sum();
+    let target = rng.uniform() * total;
+    let mut acc = 0.0;
+    let mut tok = argmax(raw) as usize;
+    for (i, &w) in weights.iter().enumerate() {
+        if w > 0.0 {
+            // The last token with weight, should rounding leave `target` unreached.
+            tok = i;
+        }
+        acc += f64::from(w);
+        if acc > target && w > 0.0 {
+            break;
+        }
+    }
+    let lp = f64::from((raw[tok] - max) * inv) - total.ln();
+    (tok as u32, lp as f32)
 }
 
 fn host_rows(func: &str, logits: &Tensor) -> Result<Vec<Vec<f32>>> {

@@ -66,7 +66,7 @@ impl FromStr for FinishReason {
 }
 
 /// The rollouts of one generation call: `R = B·G` rows, prompt-major (row `b·G + g` is the
-/// `g`-th completion of prompt `b`).
+/// `g`-th completion of prompt `b`). Tensors are on the model's device.
 ///
 /// # Shapes
 /// - `prompt_ids [R, P]` u32, left-padded with the pad id; `prompt_mask [R, P]` f32.
