@@ -2,6 +2,8 @@
 //! transformers 5.23 outputs; see that folder's README) run through the same registry that the
 //! `atomrl-fn` binary uses, so the command-line contract and the library agree with upstream.
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 use std::path::Path;
 

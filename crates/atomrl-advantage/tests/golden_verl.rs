@@ -14,6 +14,8 @@
 //! scores = scores * G / (G - 1) - mean * G / (G - 1)       # rloo
 //! ```
 
+#![allow(clippy::unwrap_used)]
+
 use std::path::Path;
 
 use atomrl_core::golden::{load_cases, run_case};

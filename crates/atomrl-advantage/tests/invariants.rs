@@ -1,5 +1,7 @@
 //! Property tests of the advantage estimators' invariants.
 
+#![allow(clippy::unwrap_used)]
+
 use approx::relative_eq;
 use atomrl_advantage::{compute_advantages, filter_groups, AdvantageMode, DEFAULT_EPS};
 use candle_core::{Device, Tensor};

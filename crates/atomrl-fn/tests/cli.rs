@@ -1,6 +1,8 @@
 //! End-to-end tests of the `atomrl-fn` binary: listing, help, the JSON and safetensors
 //! contracts, flags, and the one-line exit-2 errors on bad input.
 
+#![allow(clippy::unwrap_used)]
+
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
@@ -168,7 +170,7 @@ fn safetensors_input_and_output() {
     let tensors = candle_core::safetensors::load(&output, &Device::Cpu).unwrap();
     let adv = tensors["advantages"].to_vec1::<f32>().unwrap();
     assert!(
-        (adv[0] - 0.707_106).abs() < 1e-5 && adv[2] == 0.0,
+        (adv[0] - std::f32::consts::FRAC_1_SQRT_2).abs() < 1e-5 && adv[2] == 0.0,
         "{adv:?}"
     );
     assert_eq!(tensors["num_flat_groups"].to_scalar::<i64>().unwrap(), 1);

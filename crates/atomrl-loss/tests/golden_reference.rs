@@ -14,6 +14,8 @@
 //! generator for cases of this kind is `xtask/fixtures/gen_loss_cases.py`.
 //! `expect_error` cases must be rejected with an error.
 
+#![allow(clippy::unwrap_used)]
+
 use std::path::{Path, PathBuf};
 
 use atomrl_core::golden::{load_cases, run_case};

@@ -1,5 +1,7 @@
 //! Autograd gradients (candle `Var` + `backward`) against f64 central finite differences.
 
+#![allow(clippy::unwrap_used)]
+
 use atomrl_loss::{
     aggregate_loss, compute_kl_penalty, compute_policy_loss, entropy_from_logits_chunked,
     AggOptions, KlEstimator, LossAgg, PolicyLossOptions, RatioLevel,

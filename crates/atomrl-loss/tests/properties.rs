@@ -1,6 +1,8 @@
 //! Property tests (proptest) of the loss functions on small random batches: dims 1..=6, values
 //! in −30..=30 (so log-ratios reach ±60, far beyond the ±20 clamp).
 
+#![allow(clippy::unwrap_used)]
+
 use approx::relative_eq;
 use atomrl_loss::{
     aggregate_loss, compute_kl_penalty, compute_policy_loss, entropy_from_logits, AggOptions,

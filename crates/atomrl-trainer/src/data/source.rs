@@ -9,6 +9,7 @@ use super::example::Example;
 use super::hub::{hub_cache_dir, resolve_hub_dataset_shards};
 use super::jsonl::load_jsonl;
 use super::parquet::load_gsm8k_parquet;
+use super::synthetic::synthetic_splits;
 
 /// A dataset location: a local file or a hub dataset in the local hub cache.
 ///
@@ -32,7 +33,22 @@ pub enum DataSource {
         /// The dataset config (subfolder), e.g. `main`; `openai/gsm8k` defaults to `main`.
         config: Option<String>,
     },
+    /// Synthetic grade-school word problems made by [`synthetic_splits`] (offline; written
+    /// `synthetic` or `synthetic:TRAIN:EVAL:SEED`). Split `train` gives the training problems,
+    /// any other split the held-out ones (never among the training problems).
+    Synthetic {
+        /// Training problems.
+        train: usize,
+        /// Held-out problems.
+        eval: usize,
+        /// Seed of both streams.
+        seed: u64,
+    },
 }
+
+/// `synthetic` means 20,000 training and 500 held-out problems of this seed (the embedded
+/// example's and `cargo xtask tiny-model`'s).
+pub const SYNTHETIC_DEFAULT: (usize, usize, u64) = (20_000, 500, 20_261_121);
 
 impl DataSource {
     /// Parses a source: an existing file ending in `.jsonl` or `.json` is [`DataSource::Jsonl`],
@@ -52,6 +68,9 @@ impl DataSource {
     /// ```
     pub fn parse(s: &str) -> Result<Self> {
         let s = s.trim();
+        if let Some(rest) = s.strip_prefix("synthetic") {
+            return parse_synthetic(s, rest);
+        }
         let path = Path::new(s);
         let ext = path
             .extension()
@@ -129,6 +148,14 @@ impl DataSource {
         match self {
             Self::Jsonl(p) => load_jsonl(p),
             Self::Parquet(p) => load_gsm8k_parquet(p),
+            Self::Synthetic { train, eval, seed } => {
+                let (train_set, eval_set) = synthetic_splits(*train, *eval, *seed);
+                Ok(if split == "train" {
+                    train_set
+                } else {
+                    eval_set
+                })
+            }
             Self::Hub { repo_id, config } => {
                 let config = config.as_deref().or(default_config(repo_id));
                 let mut out = Vec::new();
@@ -139,6 +166,30 @@ impl DataSource {
             }
         }
     }
+}
+
+fn parse_synthetic(s: &str, rest: &str) -> Result<DataSource> {
+    let (mut train, mut eval, mut seed) = SYNTHETIC_DEFAULT;
+    if !rest.is_empty() {
+        let parts: Vec<&str> = rest.strip_prefix(':').unwrap_or("").split(':').collect();
+        let bad = || {
+            Error::value(
+                "DataSource::parse",
+                "dataset",
+                "`synthetic` or `synthetic:TRAIN:EVAL:SEED`",
+                format!("`{s}`"),
+            )
+        };
+        match parts.as_slice() {
+            [t, e, sd] => {
+                train = t.parse().map_err(|_| bad())?;
+                eval = e.parse().map_err(|_| bad())?;
+                seed = sd.parse().map_err(|_| bad())?;
+            }
+            _ => return Err(bad()),
+        }
+    }
+    Ok(DataSource::Synthetic { train, eval, seed })
 }
 
 /// The config used when none is given: `main` for `openai/gsm8k`.
@@ -156,6 +207,7 @@ impl fmt::Display for DataSource {
                 config: Some(c),
             } => write!(f, "{repo_id}:{c}"),
             Self::Hub { repo_id, .. } => f.write_str(repo_id),
+            Self::Synthetic { train, eval, seed } => write!(f, "synthetic:{train}:{eval}:{seed}"),
         }
     }
 }
@@ -193,5 +245,31 @@ mod tests {
         let dir = std::env::temp_dir();
         let err = DataSource::parse(dir.to_str().unwrap()).unwrap_err();
         assert!(err.to_string().contains("not a file"), "{err}");
+    }
+
+    #[test]
+    fn synthetic_sources() {
+        let src = DataSource::parse("synthetic:40:5:3").unwrap();
+        assert_eq!(
+            src,
+            DataSource::Synthetic {
+                train: 40,
+                eval: 5,
+                seed: 3
+            }
+        );
+        assert_eq!(src.to_string(), "synthetic:40:5:3");
+        assert_eq!(
+            (
+                src.load("train").unwrap().len(),
+                src.load("test").unwrap().len()
+            ),
+            (40, 5)
+        );
+        assert!(DataSource::parse("synthetic:1:2").is_err());
+        assert!(matches!(
+            DataSource::parse("synthetic").unwrap(),
+            DataSource::Synthetic { train: 20_000, .. }
+        ));
     }
 }

@@ -1,0 +1,302 @@
+//! `GRPOArgs`: every option of the GRPO, DAPO and SFT recipes, with their defaults.
+
+use serde::{Deserialize, Serialize};
+
+/// Which recipe a run follows; each one is a preset of [`GRPOArgs`] defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Recipe {
+    /// GRPO (DeepSeekMath): group-normalised advantages, clip 0.2, sequence-mean token-mean.
+    #[default]
+    Grpo,
+    /// DAPO: clip-higher 0.28, token-level loss, dynamic sampling, overlong shaping, β = 0.
+    Dapo,
+    /// Supervised fine-tuning on prompt/completion pairs (completion-only cross-entropy).
+    Sft,
+}
+
+/// Learning-rate schedule after warm-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LrSchedule {
+    /// Constant after warm-up.
+    #[default]
+    Constant,
+    /// Linear decay to `min_lr_ratio · lr`.
+    Linear,
+    /// Cosine decay to `min_lr_ratio · lr`.
+    Cosine,
+}
+
+/// One reward function of the weighted total (`[[rewards]]` in the TOML file).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RewardSpec {
+    /// A name known to `atomrl_reward::reward_fn_by_name` (`correctness`, `hard_format`, ...).
+    pub name: String,
+    /// Weight in the total reward.
+    #[serde(default = "one")]
+    pub weight: f32,
+    /// Options of the function (e.g. `{ strict = true }`).
+    #[serde(default)]
+    pub options: toml::Table,
+}
+
+fn one() -> f32 {
+    1.0
+}
+
+/// LoRA settings (`[lora]`); absent means full fine-tuning.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoraArgs {
+    /// Rank `r`.
+    pub r: usize,
+    /// Scale numerator: the update is `alpha / r · B·A`.
+    pub alpha: f64,
+    /// Dropout on the adapter input during training.
+    #[serde(default)]
+    pub dropout: f64,
+    /// Linear layers that get adapters (`q_proj`, `k_proj`, `v_proj`, `o_proj`, `gate_proj`,
+    /// `up_proj`, `down_proj`).
+    #[serde(default = "default_lora_targets")]
+    pub target_modules: Vec<String>,
+}
+
+fn default_lora_targets() -> Vec<String> {
+    ["q_proj", "k_proj", "v_proj", "o_proj"]
+        .map(String::from)
+        .to_vec()
+}
+
+/// Every option of a training run. Load with [`crate::config::load_args`] (TOML file, preset,
+/// `--set key=value` overrides); unknown keys and bad values are rejected with the key named.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GRPOArgs {
+    /// The preset this run started from.
+    pub recipe: Recipe,
+    /// Model: a local Hugging Face folder or a hub id (`Qwen/Qwen2.5-0.5B-Instruct`).
+    pub model: String,
+    /// Training data: a JSONL file, a parquet file, or a hub dataset id (`openai/gsm8k`).
+    pub dataset: String,
+    /// Held-out data; when absent, `eval_size` examples are split off the training data.
+    pub eval_dataset: Option<String>,
+    /// Number of held-out examples (split off when `eval_dataset` is absent; 0 = no eval).
+    pub eval_size: usize,
+    /// Where checkpoints, metrics, events and charts go.
+    pub output_dir: String,
+    /// Number of optimizer steps; 0 = as many as `epochs` over the training data.
+    pub max_steps: usize,
+    /// Stop training after this many seconds (then evaluate and save as at the last step);
+    /// 0 = no limit. The number of steps then depends on the machine's speed.
+    pub time_budget_s: f64,
+    /// Passes over the training data (used when `max_steps` is 0).
+    pub epochs: usize,
+    /// Prompts per step (GRPO) or examples per step (SFT).
+    pub batch_size: usize,
+    /// Completions per prompt, `G`.
+    pub num_generations: usize,
+    /// Micro-batches per optimizer step (the global normaliser keeps the loss exact).
+    pub gradient_accumulation_steps: usize,
+    /// Prompts longer than this are left-truncated (with a warning).
+    pub max_prompt_length: usize,
+    /// Generation budget in tokens.
+    pub max_completion_length: usize,
+    /// Sampling temperature (also used for the training log-probs, as TRL does).
+    pub temperature: f64,
+    /// Nucleus sampling mass (1 = off).
+    pub top_p: f64,
+    /// Top-k sampling (0 = off).
+    pub top_k: usize,
+    /// Min-p sampling (0 = off).
+    pub min_p: f64,
+    /// Repetition penalty (1 = off).
+    pub repetition_penalty: f64,
+    /// KL coefficient; 0 means no reference model is held at all.
+    pub beta: f64,
+    /// KL estimator: `k1`, `k2`, `k3` or `abs`.
+    pub kl_estimator: String,
+    /// Lower clip `ε_low`.
+    pub clip_low: f64,
+    /// Upper clip `ε_high` (DAPO clip-higher: 0.28).
+    pub clip_high: f64,
+    /// Dual-clip constant (> 1), off when absent.
+    pub clip_ratio_c: Option<f64>,
+    /// Loss aggregation: `token_mean`, `seq_mean_token_mean`, `seq_mean_token_sum`,
+    /// `seq_mean_token_sum_norm` (or TRL's `grpo`, `bnpo`, `dr_grpo`, `dapo`).
+    pub loss_agg: String,
+    /// Importance ratio per `token` (PPO/GRPO) or per `sequence` (GSPO).
+    pub ratio_level: String,
+    /// Policy updates per generation batch (μ); > 1 computes old log-probs before updating.
+    pub num_iterations: usize,
+    /// Advantage estimator: `grpo`, `grpo_no_std`, `batch`, `rloo`, `reinforce_pp`, `raw`.
+    pub advantage_mode: String,
+    /// `eps` added to the group std.
+    pub advantage_eps: f64,
+    /// DAPO dynamic sampling: drop groups with zero reward spread and generate more.
+    pub dynamic_sampling: bool,
+    /// Generation rounds per step at most when refilling (dynamic sampling).
+    pub max_num_gen_batches: usize,
+    /// DAPO overlong shaping: buffer length in tokens (absent = off).
+    pub overlong_buffer_len: Option<usize>,
+    /// DAPO overlong shaping: penalty factor.
+    pub overlong_penalty_factor: f64,
+    /// Exclude truncated completions (no EOS) from the loss.
+    pub mask_truncated_completions: bool,
+    /// Entropy bonus coefficient (subtracted from the loss).
+    pub entropy_coef: f64,
+    /// Reward functions and weights.
+    pub rewards: Vec<RewardSpec>,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// AdamW decoupled weight decay.
+    pub weight_decay: f64,
+    /// AdamW β₁.
+    pub adam_beta1: f64,
+    /// AdamW β₂.
+    pub adam_beta2: f64,
+    /// AdamW ε.
+    pub adam_eps: f64,
+    /// Gradient-norm clipping threshold (0 = off).
+    pub max_grad_norm: f64,
+    /// Schedule after warm-up.
+    pub lr_scheduler: LrSchedule,
+    /// Warm-up as a share of the steps (used when `warmup_steps` is 0).
+    pub warmup_ratio: f64,
+    /// Warm-up steps.
+    pub warmup_steps: usize,
+    /// Final learning rate as a share of `lr` (linear and cosine).
+    pub min_lr_ratio: f64,
+    /// Seed of data order, sampling and initialisation.
+    pub seed: u64,
+    /// Save a checkpoint every this many steps (0 = only at the end).
+    pub save_steps: usize,
+    /// Keep at most this many checkpoints (0 = all).
+    pub save_total_limit: usize,
+    /// Evaluate every this many steps (0 = only before and after training).
+    pub eval_steps: usize,
+    /// Log sample completions every this many steps.
+    pub logging_steps: usize,
+    /// Resume: `"auto"` (latest complete checkpoint in `output_dir`, if any), `"never"`, or a
+    /// checkpoint folder.
+    pub resume: String,
+    /// LoRA adapters instead of full fine-tuning.
+    pub lora: Option<LoraArgs>,
+    /// Training dtype of the master weights: `f32` (bf16 on CUDA with `--features cuda`).
+    pub dtype: String,
+    /// `cpu` or `cuda:N`.
+    pub device: String,
+    /// Compute threads (0 = as many as cores).
+    pub threads: usize,
+    /// Apply the tokenizer's chat template to prompts (false: prompts are already templated).
+    pub chat_template: bool,
+    /// Optional system prompt put before each prompt.
+    pub system_prompt: Option<String>,
+    /// Show a progress bar.
+    pub progress: bool,
+}
+
+impl GRPOArgs {
+    /// The defaults of `recipe`.
+    ///
+    /// ```
+    /// use atomrl_trainer::config::{GRPOArgs, Recipe};
+    /// let dapo = GRPOArgs::preset(Recipe::Dapo);
+    /// assert_eq!((dapo.clip_high, dapo.loss_agg.as_str(), dapo.dynamic_sampling, dapo.beta), (0.28, "token_mean", true, 0.0));
+    /// ```
+    pub fn preset(recipe: Recipe) -> Self {
+        let grpo = Self {
+            recipe,
+            model: String::new(),
+            dataset: String::new(),
+            eval_dataset: None,
+            eval_size: 0,
+            output_dir: "runs/atomrl".into(),
+            max_steps: 0,
+            time_budget_s: 0.0,
+            epochs: 1,
+            batch_size: 8,
+            num_generations: 8,
+            gradient_accumulation_steps: 1,
+            max_prompt_length: 512,
+            max_completion_length: 256,
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            beta: 0.0,
+            kl_estimator: "k3".into(),
+            clip_low: 0.2,
+            clip_high: 0.2,
+            clip_ratio_c: None,
+            loss_agg: "seq_mean_token_mean".into(),
+            ratio_level: "token".into(),
+            num_iterations: 1,
+            advantage_mode: "grpo".into(),
+            advantage_eps: 1e-6,
+            dynamic_sampling: false,
+            max_num_gen_batches: 4,
+            overlong_buffer_len: None,
+            overlong_penalty_factor: 1.0,
+            mask_truncated_completions: false,
+            entropy_coef: 0.0,
+            rewards: vec![
+                RewardSpec {
+                    name: "correctness".into(),
+                    weight: 1.0,
+                    options: toml::Table::new(),
+                },
+                RewardSpec {
+                    name: "hard_format".into(),
+                    weight: 0.1,
+                    options: toml::Table::new(),
+                },
+            ],
+            lr: 1e-6,
+            weight_decay: 0.0,
+            adam_beta1: 0.9,
+            adam_beta2: 0.999,
+            adam_eps: 1e-8,
+            max_grad_norm: 1.0,
+            lr_scheduler: LrSchedule::Constant,
+            warmup_ratio: 0.0,
+            warmup_steps: 0,
+            min_lr_ratio: 0.0,
+            seed: 42,
+            save_steps: 0,
+            save_total_limit: 3,
+            eval_steps: 0,
+            logging_steps: 10,
+            resume: "never".into(),
+            lora: None,
+            dtype: "f32".into(),
+            device: "cpu".into(),
+            threads: 0,
+            chat_template: true,
+            system_prompt: None,
+            progress: true,
+        };
+        match recipe {
+            Recipe::Grpo => grpo,
+            Recipe::Dapo => Self {
+                clip_low: 0.2,
+                clip_high: 0.28,
+                loss_agg: "token_mean".into(),
+                dynamic_sampling: true,
+                overlong_buffer_len: Some(64),
+                overlong_penalty_factor: 1.0,
+                beta: 0.0,
+                ..grpo
+            },
+            Recipe::Sft => Self {
+                num_generations: 1,
+                lr: 2e-5,
+                loss_agg: "token_mean".into(),
+                rewards: Vec::new(),
+                ..grpo
+            },
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! Loading [`GRPOArgs`]: preset defaults, then the TOML file, then `--set key=value` overrides.
+
+use std::path::Path;
+use std::str::FromStr;
+
+use atomrl_core::{Error, Result};
+
+use super::args::{GRPOArgs, Recipe};
+
+const FUNC: &str = "config";
+
+/// Builds the arguments of a run: the defaults of the recipe (from `recipe`, else the file's or
+/// an override's `recipe` key, else GRPO), the TOML file on top, then each `key=value` of
+/// `overrides` (TOML values: `lr=3e-4`, `lora.r=8`, `rewards=[{name="correctness"}]`; a bare
+/// word is a string). Unknown keys and bad values are rejected naming the key.
+///
+/// # Errors
+/// [`Error::File`] for an unreadable or malformed file (with its line), [`Error::Value`] /
+/// [`Error::UnknownArgument`] naming the key for unknown keys and bad values.
+///
+/// ```
+/// use atomrl_trainer::config::{load_args, Recipe};
+/// let args = load_args(None, Some(Recipe::Dapo), &["lr=3e-4".into(), "model=tiny".into(), "dataset=d.jsonl".into()])?;
+/// assert_eq!((args.lr, args.clip_high), (3e-4, 0.28));
+/// assert!(load_args(None, None, &["lrr=1".into()]).unwrap_err().to_string().contains("lrr"));
+/// # Ok::<(), atomrl_core::Error>(())
+/// ```
+pub fn load_args(
+    path: Option<&Path>,
+    recipe: Option<Recipe>,
+    overrides: &[String],
+) -> Result<GRPOArgs> {
+    let mut table = match path {
+        Some(p) => read_table(p)?,
+        None => toml::Table::new(),
+    };
+    for item in overrides {
+        let (key, value) = parse_override(item)?;
+        set_path(&mut table, &key, value)?;
+    }
+    let recipe = match recipe {
+        Some(r) => r,
+        None => match table.get("recipe") {
+            Some(v) => v.clone().try_into::<Recipe>().map_err(|_| {
+                Error::unknown_choice(FUNC, "recipe", &["grpo", "dapo", "sft"], &v.to_string())
+            })?,
+            None => Recipe::Grpo,
+        },
+    };
+    table.insert(
+        "recipe".into(),
+        toml::Value::try_from(recipe).map_err(|e| Error::value(FUNC, "recipe", "a recipe", e))?,
+    );
+    let mut merged = toml::Table::try_from(GRPOArgs::preset(recipe))
+        .map_err(|e| Error::value(FUNC, "preset", "serialisable defaults", e))?;
+    for (k, v) in table {
+        merged.insert(k, v);
+    }
+    let args: GRPOArgs = toml::Value::Table(merged)
+        .try_into()
+        .map_err(|e: toml::de::Error| {
+            Error::value(
+                FUNC,
+                "configuration",
+                "known keys with valid values",
+                e.message(),
+            )
+        })?;
+    super::validate::validate(&args)?;
+    Ok(args)
+}
+
+fn read_table(path: &Path) -> Result<toml::Table> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::file(path.display(), e))?;
+    toml::from_str(&text).map_err(|e: toml::de::Error| {
+        let line = e.span().map(|s| text[..s.start].lines().count().max(1));
+        let at = line.map_or_else(
+            || path.display().to_string(),
+            |l| format!("{}:{l}", path.display()),
+        );
+        Error::file(at, e.message())
+    })
+}
+
+/// `key=value` → (key, TOML value); a value that is not valid TOML is taken as a string.
+fn parse_override(item: &str) -> Result<(String, toml::Value)> {
+    let (key, raw) = item
+        .split_once('=')
+        .ok_or_else(|| Error::value(FUNC, "--set", "key=value", item))?;
+    let key = key.trim();
+    if key.is_empty() {
+        return Err(Error::value(
+            FUNC,
+            "--set",
+            "key=value with a non-empty key",
+            item,
+        ));
+    }
+    let raw = raw.trim();
+    let value = toml::Table::from_str(&format!("v = {raw}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_string()));
+    Ok((key.to_string(), value))
+}
+
+fn set_path(table: &mut toml::Table, key: &str, value: toml::Value) -> Result<()> {
+    match key.split_once('.') {
+        None => {
+            table.insert(key.to_string(), value);
+            Ok(())
+        }
+        Some((head, rest)) => {
+            let entry = table
+                .entry(head.to_string())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            match entry {
+                toml::Value::Table(inner) => set_path(inner, rest, value),
+                other => Err(Error::value(
+                    FUNC,
+                    head,
+                    "a table (for a dotted key)",
+                    other.type_str(),
+                )),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn base() -> Vec<String> {
+        vec!["model=m".into(), "dataset=d.jsonl".into()]
+    }
+
+    #[test]
+    fn file_then_overrides() {
+        let dir = std::env::temp_dir().join(format!("atomrl-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.toml");
+        std::fs::write(&path, "recipe = \"dapo\"\nmodel = \"m\"\ndataset = \"d.jsonl\"\nlr = 1e-5\n[lora]\nr = 8\nalpha = 16\n").unwrap();
+        let args = load_args(Some(&path), None, &["lr=2e-5".into(), "lora.r=4".into()]).unwrap();
+        assert_eq!(args.recipe, Recipe::Dapo);
+        assert_eq!(args.lr, 2e-5);
+        assert_eq!(args.lora.as_ref().map(|l| (l.r, l.alpha)), Some((4, 16.0)));
+        assert!(args.dynamic_sampling);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_name_the_key() {
+        let mut o = base();
+        o.push("learning_rate=1".into());
+        let e = load_args(None, None, &o).unwrap_err().to_string();
+        assert!(e.contains("learning_rate"), "{e}");
+        let mut o = base();
+        o.push("batch_size=\"eight\"".into());
+        let e = load_args(None, None, &o).unwrap_err().to_string();
+        assert!(
+            e.contains("batch_size") || e.contains("invalid type"),
+            "{e}"
+        );
+        let mut o = base();
+        o.push("lr=-1".into());
+        let e = load_args(None, None, &o).unwrap_err().to_string();
+        assert!(e.contains("`lr`"), "{e}");
+    }
+
+    #[test]
+    fn malformed_file_names_the_line() {
+        let dir = std::env::temp_dir().join(format!("atomrl-config-bad-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bad.toml");
+        std::fs::write(&path, "model = \"m\"\nlr = = 3\n").unwrap();
+        let e = load_args(Some(&path), None, &[]).unwrap_err().to_string();
+        assert!(e.contains("bad.toml:2"), "{e}");
+    }
+}

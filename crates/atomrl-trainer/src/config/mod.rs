@@ -1,0 +1,12 @@
+//! Run configuration: [`GRPOArgs`] with the `grpo`, `dapo` and `sft` presets, loaded from a
+//! TOML file plus `--set key=value` overrides.
+
+mod args;
+mod load;
+mod rewards;
+mod validate;
+
+pub use args::{GRPOArgs, LoraArgs, LrSchedule, Recipe, RewardSpec};
+pub use load::load_args;
+pub use rewards::build_rewards;
+pub use validate::validate;

@@ -1,0 +1,151 @@
+//! Range and name checks of [`GRPOArgs`], each error naming the key.
+
+use std::str::FromStr;
+
+use atomrl_core::{Error, Result};
+
+use super::args::{GRPOArgs, Recipe};
+
+const FUNC: &str = "config";
+
+/// Checks every option's range and every name (estimators, modes, rewards).
+///
+/// # Errors
+/// [`Error::Value`] / [`Error::UnknownChoice`] naming the key.
+pub fn validate(a: &GRPOArgs) -> Result<()> {
+    let positive = |key: &str, v: f64| {
+        if v.is_finite() && v > 0.0 {
+            Ok(())
+        } else {
+            Err(Error::value(FUNC, key, "a finite number > 0", v))
+        }
+    };
+    let non_negative = |key: &str, v: f64| {
+        if v.is_finite() && v >= 0.0 {
+            Ok(())
+        } else {
+            Err(Error::value(FUNC, key, "a finite number >= 0", v))
+        }
+    };
+    let at_least = |key: &str, v: usize, min: usize| {
+        if v >= min {
+            Ok(())
+        } else {
+            Err(Error::value(FUNC, key, format!(">= {min}"), v))
+        }
+    };
+    if a.model.trim().is_empty() {
+        return Err(Error::missing(
+            FUNC,
+            "model",
+            "a local Hugging Face folder or a hub id",
+        ));
+    }
+    if a.dataset.trim().is_empty() {
+        return Err(Error::missing(
+            FUNC,
+            "dataset",
+            "a JSONL/parquet file or a hub dataset id",
+        ));
+    }
+    positive("lr", a.lr)?;
+    positive("temperature", a.temperature)?;
+    positive("adam_eps", a.adam_eps)?;
+    positive("advantage_eps", a.advantage_eps)?;
+    non_negative("weight_decay", a.weight_decay)?;
+    non_negative("max_grad_norm", a.max_grad_norm)?;
+    non_negative("beta", a.beta)?;
+    non_negative("clip_low", a.clip_low)?;
+    non_negative("clip_high", a.clip_high)?;
+    non_negative("entropy_coef", a.entropy_coef)?;
+    non_negative("time_budget_s", a.time_budget_s)?;
+    non_negative("overlong_penalty_factor", a.overlong_penalty_factor)?;
+    for (key, v) in [("adam_beta1", a.adam_beta1), ("adam_beta2", a.adam_beta2)] {
+        if !(0.0..1.0).contains(&v) {
+            return Err(Error::value(FUNC, key, "in [0, 1)", v));
+        }
+    }
+    for (key, v) in [
+        ("top_p", a.top_p),
+        ("warmup_ratio", a.warmup_ratio),
+        ("min_lr_ratio", a.min_lr_ratio),
+    ] {
+        if !(0.0..=1.0).contains(&v) {
+            return Err(Error::value(FUNC, key, "in [0, 1]", v));
+        }
+    }
+    if !(0.0..1.0).contains(&a.min_p) {
+        return Err(Error::value(FUNC, "min_p", "in [0, 1)", a.min_p));
+    }
+    positive("repetition_penalty", a.repetition_penalty)?;
+    if let Some(c) = a.clip_ratio_c {
+        if !(c.is_finite() && c > 1.0) {
+            return Err(Error::value(FUNC, "clip_ratio_c", "a finite number > 1", c));
+        }
+    }
+    at_least("batch_size", a.batch_size, 1)?;
+    at_least(
+        "gradient_accumulation_steps",
+        a.gradient_accumulation_steps,
+        1,
+    )?;
+    at_least("max_prompt_length", a.max_prompt_length, 1)?;
+    at_least("max_completion_length", a.max_completion_length, 1)?;
+    at_least("num_iterations", a.num_iterations, 1)?;
+    at_least("max_num_gen_batches", a.max_num_gen_batches, 1)?;
+    if a.max_steps == 0 {
+        at_least("epochs", a.epochs, 1)?;
+    }
+    if a.recipe != Recipe::Sft {
+        at_least("num_generations", a.num_generations, 2)?;
+        if a.rewards.is_empty() {
+            return Err(Error::missing(
+                FUNC,
+                "rewards",
+                "at least one reward function",
+            ));
+        }
+    }
+    atomrl_loss::KlEstimator::from_str(&a.kl_estimator)?;
+    atomrl_loss::LossAgg::from_str(&a.loss_agg)?;
+    atomrl_loss::RatioLevel::from_str(&a.ratio_level)?;
+    atomrl_advantage::AdvantageMode::from_str(&a.advantage_mode)?;
+    super::rewards::build_rewards(a)?;
+    if let Some(lora) = &a.lora {
+        at_least("lora.r", lora.r, 1)?;
+        positive("lora.alpha", lora.alpha)?;
+        if !(0.0..1.0).contains(&lora.dropout) {
+            return Err(Error::value(
+                FUNC,
+                "lora.dropout",
+                "in [0, 1)",
+                lora.dropout,
+            ));
+        }
+    }
+    if !matches!(a.dtype.as_str(), "f32" | "bf16" | "f16") {
+        return Err(Error::unknown_choice(
+            FUNC,
+            "dtype",
+            &["f32", "bf16", "f16"],
+            &a.dtype,
+        ));
+    }
+    if a.device != "cpu" && !a.device.starts_with("cuda") {
+        return Err(Error::value(
+            FUNC,
+            "device",
+            "cpu, cuda or cuda:N",
+            &a.device,
+        ));
+    }
+    if !matches!(a.resume.as_str(), "auto" | "never") && !std::path::Path::new(&a.resume).is_dir() {
+        return Err(Error::value(
+            FUNC,
+            "resume",
+            "auto, never or an existing checkpoint folder",
+            &a.resume,
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,17 @@
+//! The GRPO and DAPO recipes: rollouts, rewards, advantages, the clipped policy update.
+
+mod accumulate;
+mod batch;
+mod eval;
+mod prompt;
+mod rollout;
+mod trainer;
+mod update;
+
+pub use accumulate::{accumulate_and_step, StepOutcome, StepSettings};
+pub use batch::TrainingBatch;
+pub use eval::{evaluate, EvalResult};
+pub use prompt::{EncodedPrompt, PromptEncoder};
+pub use rollout::{add_round, generate_group_rows, RolloutContext, RolloutRow, Rollouts};
+pub use trainer::{load_splits, GRPOTrainer, TrainSummary, Trainer};
+pub use update::{policy_update, UpdateContext, UpdateStats};

@@ -1,0 +1,145 @@
+//! One step's rollouts: generate `G` completions per prompt, score them, and (DAPO dynamic
+//! sampling) keep only groups whose rewards differ, generating more until the batch is full.
+
+use atomrl_advantage::filter_groups;
+use atomrl_core::{CandleContext, Result};
+use atomrl_model::CausalLm;
+use atomrl_reward::{correctness_score, RewardContext, WeightedRewards};
+use atomrl_sample::{generate_samples, ChatTokenizer, FinishReason, SamplingParams};
+use candle_core::Tensor;
+
+use super::prompt::EncodedPrompt;
+
+/// One completion with everything the update and the metrics need.
+#[derive(Debug, Clone)]
+pub struct RolloutRow {
+    /// Prompt token ids (unpadded).
+    pub prompt_ids: Vec<u32>,
+    /// Completion token ids (unpadded; EOS included when generated).
+    pub completion_ids: Vec<u32>,
+    /// Decoded completion.
+    pub completion: String,
+    /// The prompt text.
+    pub prompt: String,
+    /// Why generation stopped.
+    pub finish_reason: FinishReason,
+    /// Weighted total reward.
+    pub reward: f64,
+    /// Each reward function's unweighted score, in the order of `WeightedRewards::names`.
+    pub rewards_per_fn: Vec<f64>,
+    /// 1 when the answer is right (correctness reward, default options), else 0.
+    pub correct: f64,
+}
+
+/// Rollouts of one step: groups of `G` consecutive rows.
+#[derive(Debug, Clone, Default)]
+pub struct Rollouts {
+    /// Kept rows (whole groups).
+    pub rows: Vec<RolloutRow>,
+    /// Every generated row's reward, correctness and length, kept or not (for metrics).
+    pub all_rewards: Vec<f64>,
+    /// Correctness of every generated row.
+    pub all_correct: Vec<f64>,
+    /// Groups generated in total.
+    pub groups_generated: usize,
+    /// Groups whose rewards were all equal.
+    pub zero_std_groups: usize,
+    /// Groups dropped by dynamic sampling.
+    pub dropped_groups: usize,
+    /// Generation rounds used.
+    pub rounds: usize,
+    /// Tokens generated.
+    pub generated_tokens: usize,
+}
+
+/// What [`generate_group_rows`] needs besides the prompts.
+pub struct RolloutContext<'a> {
+    /// The generating model (a detached view of the policy).
+    pub model: &'a CausalLm,
+    /// Tokenizer for decoding and stop strings.
+    pub tokenizer: &'a ChatTokenizer,
+    /// Sampling settings (the seed is set per round by the caller).
+    pub params: &'a SamplingParams,
+    /// The reward functions.
+    pub rewards: &'a WeightedRewards,
+}
+
+/// Generates `G` completions for each prompt, decodes and scores them; rows come back in
+/// groups of `G` (prompt-major).
+///
+/// # Errors
+/// Generation, decoding or reward failures.
+pub fn generate_group_rows(
+    ctx: &RolloutContext<'_>,
+    prompts: &[EncodedPrompt],
+    ground_truth: &[String],
+) -> Result<(Vec<RolloutRow>, usize)> {
+    let func = "rollout";
+    let g = ctx.params.num_generations;
+    let ids: Vec<Vec<u32>> = prompts.iter().map(|p| p.ids.clone()).collect();
+    let out = generate_samples(ctx.model, &ids, ctx.params, Some(ctx.tokenizer))?;
+    let texts = ctx
+        .tokenizer
+        .decode_completions(&out, &ctx.params.stop_strings)?;
+    let completion_rows = out.completion_rows()?;
+    let n = texts.len();
+    let gt: Vec<String> = (0..n).map(|r| ground_truth[r / g].clone()).collect();
+    let prompt_texts: Vec<String> = (0..n).map(|r| prompts[r / g].text.clone()).collect();
+    let reward_ctx = RewardContext::new()
+        .with_ground_truth(gt.clone())
+        .with_prompts(prompt_texts.clone())
+        .with_completion_lengths(out.lengths.clone())
+        .with_max_completion_length(ctx.params.max_new_tokens);
+    let scored = ctx.rewards.score(&texts, &reward_ctx)?;
+    let total: Vec<f32> = scored.total.to_vec1().ctx(func)?;
+    let per_fn: Vec<Vec<f32>> = scored.per_fn.to_vec2().ctx(func)?;
+    let rows = (0..n)
+        .map(|r| RolloutRow {
+            prompt_ids: ids[r / g].clone(),
+            completion_ids: completion_rows[r].clone(),
+            completion: texts[r].clone(),
+            prompt: prompt_texts[r].clone(),
+            finish_reason: out.finish_reasons[r],
+            reward: total[r] as f64,
+            rewards_per_fn: per_fn[r].iter().map(|&x| x as f64).collect(),
+            correct: correctness_score(&texts[r], &gt[r], &Default::default()) as f64,
+        })
+        .collect();
+    Ok((rows, out.num_generated_tokens))
+}
+
+/// Adds one round's rows to `acc`: all groups, or (dynamic sampling) only groups whose rewards
+/// differ, up to `max_groups` kept groups.
+///
+/// # Errors
+/// Tensor failures in the group filter.
+pub fn add_round(
+    acc: &mut Rollouts,
+    rows: Vec<RolloutRow>,
+    g: usize,
+    dynamic: bool,
+    max_groups: usize,
+) -> Result<()> {
+    let func = "rollout";
+    let rewards: Vec<f32> = rows.iter().map(|r| r.reward as f32).collect();
+    let filter = filter_groups(
+        &Tensor::new(rewards.as_slice(), &candle_core::Device::Cpu).ctx(func)?,
+        g,
+    )?;
+    acc.groups_generated += rows.len() / g;
+    acc.zero_std_groups += filter.num_dropped;
+    acc.all_rewards.extend(rows.iter().map(|r| r.reward));
+    acc.all_correct.extend(rows.iter().map(|r| r.correct));
+    acc.rounds += 1;
+    let kept: Vec<bool> = (0..rows.len() / g)
+        .map(|i| !dynamic || filter.kept_groups.contains(&i))
+        .collect();
+    for (i, group) in rows.chunks(g).enumerate() {
+        if kept[i] && acc.rows.len() / g < max_groups {
+            acc.rows.extend_from_slice(group);
+        } else {
+            acc.dropped_groups += 1;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,632 @@
+//! `GRPOTrainer`: the GRPO / DAPO loop with checkpoints, exact resume, metrics and evaluation.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Instant;
+
+use atomrl_advantage::{compute_advantages, AdvantageMode};
+use atomrl_core::{CandleContext, Error, Result};
+use atomrl_model::CausalLm;
+use atomrl_reward::WeightedRewards;
+use atomrl_sample::{ChatTokenizer, FinishReason, SamplingParams};
+use candle_core::{Device, Tensor, Var};
+
+use super::batch::TrainingBatch;
+use super::eval::{evaluate, EvalResult};
+use super::prompt::PromptEncoder;
+use super::rollout::{add_round, generate_group_rows, RolloutContext, Rollouts};
+use super::update::{policy_update, UpdateContext};
+use crate::checkpoint::{latest_checkpoint, load_trainer_state, save_checkpoint, TrainerState};
+use crate::config::GRPOArgs;
+use crate::data::{DataSource, EpochSampler, Example, SplitMix64};
+use crate::logging::{MetricRow, MetricsLogger};
+use crate::optim::{learning_rate, warmup_steps, AdamW, AdamWConfig};
+
+/// What a finished run reports.
+#[derive(Debug, Clone)]
+pub struct TrainSummary {
+    /// Steps completed (including earlier, resumed ones).
+    pub steps: u64,
+    /// Steps skipped by the NaN/Inf guard.
+    pub skipped_steps: u64,
+    /// Held-out accuracy before the first update of this run (if evaluated).
+    pub eval_before: Option<EvalResult>,
+    /// Held-out accuracy at the end (if evaluated).
+    pub eval_after: Option<EvalResult>,
+    /// The last checkpoint written.
+    pub checkpoint: Option<PathBuf>,
+    /// PNG charts written.
+    pub charts: Vec<PathBuf>,
+    /// Wall-clock seconds of this run.
+    pub seconds: f64,
+    /// Where everything was written.
+    pub output_dir: PathBuf,
+}
+
+/// The trainer of every recipe: GRPO and DAPO (`GRPOTrainer::new(args, model, tokenizer,
+/// rewards)?.train()?`) and SFT (the same loop with the cross-entropy step, see
+/// [`crate::sft`]). Checkpoints, exact resume, metrics and evaluation are shared.
+pub struct Trainer {
+    pub(crate) args: GRPOArgs,
+    pub(crate) model: CausalLm,
+    pub(crate) tokenizer: ChatTokenizer,
+    reference: Option<CausalLm>,
+    rewards: WeightedRewards,
+    pub(crate) train_set: Vec<Example>,
+    pub(crate) eval_set: Vec<Example>,
+    pub(crate) encoder: PromptEncoder,
+    pub(crate) params: Vec<(String, Var)>,
+    pub(crate) optimizer: AdamW,
+    /// Steps at which the loss is replaced by NaN (tests of the guard).
+    pub(crate) nan_steps: Vec<u64>,
+    /// A few (prompt, completion, reward) of the last step, for the sample log.
+    pub(crate) last_samples: Vec<(String, String, f64)>,
+}
+
+/// The GRPO / DAPO trainer of the seeds' usage example (the same type as [`Trainer`]).
+pub type GRPOTrainer = Trainer;
+
+impl Trainer {
+    /// A trainer on `model` (the policy; LoRA already attached if wanted), scoring with
+    /// `rewards`; the data comes from `args.dataset` / `args.eval_dataset` (see
+    /// [`GRPOTrainer::with_data`] to pass examples directly).
+    ///
+    /// # Errors
+    /// Data loading failures, an empty training set, optimizer allocation.
+    pub fn new(
+        args: GRPOArgs,
+        model: CausalLm,
+        tokenizer: ChatTokenizer,
+        rewards: WeightedRewards,
+    ) -> Result<Self> {
+        let (train_set, eval_set) = load_splits(&args)?;
+        Self::with_data(args, model, tokenizer, rewards, train_set, eval_set)
+    }
+
+    /// A trainer on explicit training and held-out examples.
+    ///
+    /// # Errors
+    /// An empty training set, optimizer allocation, a reference model that cannot be loaded.
+    pub fn with_data(
+        args: GRPOArgs,
+        model: CausalLm,
+        tokenizer: ChatTokenizer,
+        rewards: WeightedRewards,
+        train_set: Vec<Example>,
+        eval_set: Vec<Example>,
+    ) -> Result<Self> {
+        if train_set.is_empty() {
+            return Err(Error::value(
+                "Trainer",
+                "dataset",
+                "at least one training example",
+                0,
+            ));
+        }
+        let params = if model.lora_config().is_some() {
+            model.lora_vars()
+        } else {
+            model.named_vars()
+        };
+        let optimizer = AdamW::new(
+            params.clone(),
+            AdamWConfig {
+                beta1: args.adam_beta1,
+                beta2: args.adam_beta2,
+                eps: args.adam_eps,
+                weight_decay: args.weight_decay,
+            },
+        )?;
+        // β = 0 holds no reference model at all; otherwise a frozen copy of the initial weights.
+        let reference = if args.beta > 0.0 {
+            let dir = crate::runtime::resolve_model_dir(&args.model)?;
+            Some(CausalLm::from_hf_dir(dir, model.dtype(), model.device())?)
+        } else {
+            None
+        };
+        let encoder = PromptEncoder {
+            chat_template: args.chat_template,
+            system_prompt: args.system_prompt.clone(),
+            max_prompt_length: args.max_prompt_length,
+        };
+        Ok(Self {
+            args,
+            model,
+            tokenizer,
+            reference,
+            rewards,
+            train_set,
+            eval_set,
+            encoder,
+            params,
+            optimizer,
+            nan_steps: Vec::new(),
+            last_samples: Vec::new(),
+        })
+    }
+
+    /// Makes the loss NaN at these steps (1-based), to exercise the skip guard.
+    pub fn inject_nan_at(mut self, steps: &[u64]) -> Self {
+        self.nan_steps = steps.to_vec();
+        self
+    }
+
+    /// The policy model.
+    pub fn model(&self) -> &CausalLm {
+        &self.model
+    }
+
+    /// Total optimizer steps of the run (`max_steps`, or `epochs` over the training set).
+    pub fn total_steps(&self) -> usize {
+        if self.args.max_steps > 0 {
+            self.args.max_steps
+        } else {
+            (self.args.epochs * self.train_set.len())
+                .div_ceil(self.args.batch_size)
+                .max(1)
+        }
+    }
+
+    /// Runs the training loop (resuming from the latest checkpoint when `resume` says so).
+    ///
+    /// # Errors
+    /// I/O, generation or tensor failures. A non-finite loss or gradient is not an error: the
+    /// step is skipped, logged (`skipped_step = 1`) and counted.
+    pub fn train(&mut self) -> Result<TrainSummary> {
+        let started = Instant::now();
+        let output_dir = PathBuf::from(&self.args.output_dir);
+        std::fs::create_dir_all(&output_dir).map_err(|e| Error::file(output_dir.display(), e))?;
+        let total = self.total_steps();
+        let mut sampler = EpochSampler::new(self.train_set.len(), self.args.seed);
+        let mut state = TrainerState {
+            step: 0,
+            sampler: sampler.state(),
+            skipped_steps: 0,
+            seed: self.args.seed,
+            eval_accuracy: None,
+            recipe: format!("{:?}", self.args.recipe).to_lowercase(),
+        };
+        if let Some(ckpt) = self.resume_point(&output_dir)? {
+            state = self.restore(&ckpt)?;
+            sampler =
+                EpochSampler::from_state(self.train_set.len(), self.args.seed, &state.sampler)?;
+        }
+        let resumed = state.step > 0;
+        let mut logger = MetricsLogger::create(
+            &output_dir,
+            resumed.then_some(state.step),
+            total as u64,
+            self.args.progress,
+        )?;
+        if resumed {
+            logger.println(format!(
+                "resumed from step {} in {}",
+                state.step,
+                output_dir.display()
+            ));
+        }
+        let eval_before = if !resumed && !self.eval_set.is_empty() {
+            let r = self.evaluate()?;
+            let mut row = MetricRow::new(0);
+            push_eval(&mut row, &r);
+            logger.log(&row)?;
+            logger.println(format!(
+                "step 0: held-out greedy accuracy {:.1}% ({} examples)",
+                100.0 * r.accuracy,
+                r.count
+            ));
+            Some(r)
+        } else {
+            None
+        };
+        let warmup = warmup_steps(self.args.warmup_steps, self.args.warmup_ratio, total);
+        let mut last_checkpoint = None;
+        let mut eval_after = None;
+        while (state.step as usize) < total {
+            let step = state.step + 1;
+            let lr = learning_rate(
+                self.args.lr_scheduler,
+                self.args.lr,
+                warmup,
+                total,
+                self.args.min_lr_ratio,
+                state.step as usize,
+            );
+            let mut row = match self.args.recipe {
+                crate::config::Recipe::Sft => self.sft_step(step, lr, &mut sampler)?,
+                _ => self.step(step, lr, &mut sampler)?,
+            };
+            state.step = step;
+            state.sampler = sampler.state();
+            state.skipped_steps += row.get("skipped_step").unwrap_or(0.0) as u64;
+            let out_of_time = self.args.time_budget_s > 0.0
+                && started.elapsed().as_secs_f64() >= self.args.time_budget_s;
+            if out_of_time && (step as usize) < total {
+                logger.println(format!(
+                    "time budget of {} s reached after step {step}",
+                    self.args.time_budget_s
+                ));
+            }
+            let last = step as usize == total || out_of_time;
+            if !self.eval_set.is_empty()
+                && (last || (self.args.eval_steps > 0 && step as usize % self.args.eval_steps == 0))
+            {
+                let r = self.evaluate()?;
+                push_eval(&mut row, &r);
+                state.eval_accuracy = Some(r.accuracy);
+                if last {
+                    eval_after = Some(r);
+                }
+            }
+            logger.log(&row)?;
+            if self.args.logging_steps > 0 && step as usize % self.args.logging_steps == 0 {
+                logger.log_samples(step, &self.last_samples)?;
+            }
+            if last || (self.args.save_steps > 0 && step as usize % self.args.save_steps == 0) {
+                last_checkpoint = Some(save_checkpoint(
+                    &output_dir,
+                    &self.model,
+                    &self.optimizer,
+                    &state,
+                    self.args.save_total_limit,
+                )?);
+            }
+            kill_if_asked(step);
+            if last {
+                break;
+            }
+        }
+        logger.flush()?;
+        let charts = logger.finish()?;
+        Ok(TrainSummary {
+            steps: state.step,
+            skipped_steps: state.skipped_steps,
+            eval_before,
+            eval_after,
+            checkpoint: last_checkpoint,
+            charts,
+            seconds: started.elapsed().as_secs_f64(),
+            output_dir,
+        })
+    }
+
+    /// One GRPO step: rollouts (with DAPO refills), advantages, the policy update; returns the
+    /// step's metrics.
+    fn step(&mut self, step: u64, lr: f64, sampler: &mut EpochSampler) -> Result<MetricRow> {
+        let a = &self.args;
+        let g = a.num_generations;
+        let t0 = Instant::now();
+        let params = SamplingParams {
+            num_generations: g,
+            max_new_tokens: a.max_completion_length,
+            temperature: a.temperature,
+            top_p: a.top_p,
+            top_k: a.top_k,
+            min_p: a.min_p,
+            repetition_penalty: a.repetition_penalty,
+            stop_token_ids: self.tokenizer.eos_token_ids(),
+            stop_strings: Vec::new(),
+            seed: 0,
+        };
+        let view = self.model.detached();
+        let ctx = RolloutContext {
+            model: &view,
+            tokenizer: &self.tokenizer,
+            params: &params,
+            rewards: &self.rewards,
+        };
+        let rounds = if a.dynamic_sampling {
+            a.max_num_gen_batches
+        } else {
+            1
+        };
+        let mut rollouts = Rollouts::default();
+        let mut truncated_prompts = 0;
+        for round in 0..rounds {
+            let picked: Vec<&Example> = sampler
+                .next_batch(a.batch_size)
+                .into_iter()
+                .map(|i| &self.train_set[i])
+                .collect();
+            let prompts = picked
+                .iter()
+                .map(|e| self.encoder.encode(&self.tokenizer, e))
+                .collect::<Result<Vec<_>>>()?;
+            truncated_prompts += prompts.iter().filter(|p| p.truncated).count();
+            let truth: Vec<String> = picked.iter().map(|e| e.ground_truth.clone()).collect();
+            let round_params = SamplingParams {
+                seed: sampling_seed(a.seed, step, round as u64),
+                ..params.clone()
+            };
+            let round_ctx = RolloutContext {
+                params: &round_params,
+                ..ctx
+            };
+            let (rows, tokens) = generate_group_rows(&round_ctx, &prompts, &truth)?;
+            rollouts.generated_tokens += tokens;
+            add_round(&mut rollouts, rows, g, a.dynamic_sampling, a.batch_size)?;
+            if rollouts.rows.len() >= a.batch_size * g {
+                break;
+            }
+        }
+        if truncated_prompts > 0 {
+            eprintln!("warning: step {step}: {truncated_prompts} prompt(s) longer than max_prompt_length = {} were left-truncated", a.max_prompt_length);
+        }
+        let generate_s = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        let mut row = MetricRow::new(step);
+        let stats = if rollouts.rows.is_empty() {
+            None
+        } else {
+            let rewards: Vec<f32> = rollouts.rows.iter().map(|r| r.reward as f32).collect();
+            let mode = AdvantageMode::from_str(&a.advantage_mode)?;
+            let adv = compute_advantages(
+                &Tensor::new(rewards.as_slice(), &Device::Cpu).ctx("step")?,
+                g,
+                mode,
+                a.advantage_eps,
+            )?;
+            let advantages: Vec<f32> = adv.advantages.to_vec1().ctx("step")?;
+            let counts: Vec<bool> = rollouts
+                .rows
+                .iter()
+                .map(|r| !(a.mask_truncated_completions && r.finish_reason == FinishReason::Length))
+                .collect();
+            let seqs: Vec<(&[u32], &[u32])> = rollouts
+                .rows
+                .iter()
+                .map(|r| (r.prompt_ids.as_slice(), r.completion_ids.as_slice()))
+                .collect();
+            let batch = TrainingBatch::build(
+                &seqs,
+                &advantages,
+                &counts,
+                self.tokenizer.pad_token_id(),
+                self.model.device(),
+            )?;
+            let inject = self.nan_steps.contains(&step);
+            let uctx = UpdateContext {
+                model: &self.model,
+                reference: self.reference.as_ref(),
+                params: &self.params,
+                args: &self.args,
+            };
+            Some(policy_update(
+                &uctx,
+                &mut self.optimizer,
+                &batch,
+                lr,
+                inject,
+            )?)
+        };
+        let train_s = t1.elapsed().as_secs_f64();
+        let skipped = stats.as_ref().map_or(1, |s| s.skipped.min(1));
+        if let Some(reason) = stats
+            .as_ref()
+            .and_then(|s| s.skip_reason.clone())
+            .or_else(|| {
+                rollouts
+                    .rows
+                    .is_empty()
+                    .then(|| "no group with reward spread".to_string())
+            })
+        {
+            eprintln!("warning: step {step}: update skipped: {reason}");
+        }
+        self.record(
+            &mut row,
+            &rollouts,
+            stats.as_ref(),
+            lr,
+            skipped,
+            generate_s,
+            train_s,
+        );
+        self.last_samples = rollouts
+            .rows
+            .iter()
+            .take(2)
+            .map(|r| (r.prompt.clone(), r.completion.clone(), r.reward))
+            .collect();
+        Ok(row)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &self,
+        row: &mut MetricRow,
+        r: &Rollouts,
+        stats: Option<&super::update::UpdateStats>,
+        lr: f64,
+        skipped: usize,
+        generate_s: f64,
+        train_s: f64,
+    ) {
+        let mean = |v: &[f64]| {
+            if v.is_empty() {
+                f64::NAN
+            } else {
+                v.iter().sum::<f64>() / v.len() as f64
+            }
+        };
+        let std = |v: &[f64]| {
+            let m = mean(v);
+            if v.len() < 2 {
+                0.0
+            } else {
+                (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
+            }
+        };
+        let lengths: Vec<f64> = r
+            .rows
+            .iter()
+            .map(|x| x.completion_ids.len() as f64)
+            .collect();
+        let truncated = r
+            .rows
+            .iter()
+            .filter(|x| x.finish_reason == FinishReason::Length)
+            .count();
+        row.push("reward/mean", mean(&r.all_rewards));
+        row.push("reward/std", std(&r.all_rewards));
+        for (i, name) in self.rewards.names().iter().enumerate() {
+            let v: Vec<f64> = r.rows.iter().map(|x| x.rewards_per_fn[i]).collect();
+            row.push(format!("reward/{name}/mean"), mean(&v));
+        }
+        row.push("accuracy", mean(&r.all_correct));
+        row.push("completion_length/mean", mean(&lengths));
+        row.push(
+            "completion_length/max",
+            lengths.iter().copied().fold(0.0, f64::max),
+        );
+        row.push(
+            "truncated_frac",
+            if r.rows.is_empty() {
+                0.0
+            } else {
+                truncated as f64 / r.rows.len() as f64
+            },
+        );
+        row.push(
+            "zero_std_groups_frac",
+            if r.groups_generated == 0 {
+                0.0
+            } else {
+                r.zero_std_groups as f64 / r.groups_generated as f64
+            },
+        );
+        row.push("dropped_groups", r.dropped_groups as f64);
+        row.push("generation_rounds", r.rounds as f64);
+        let s = stats.cloned().unwrap_or_default();
+        let or_nan = |present: bool, v: f64| if present { v } else { f64::NAN };
+        let has = stats.is_some();
+        row.push("kl", if has { s.kl } else { f64::NAN });
+        row.push("entropy", or_nan(has, s.entropy));
+        row.push("clip_frac/low", or_nan(has, s.clip_frac_low));
+        row.push("clip_frac/high", or_nan(has, s.clip_frac_high));
+        row.push("clip_frac/total", or_nan(has, s.clip_frac));
+        row.push("ppo_kl", or_nan(has, s.ppo_kl));
+        row.push("loss", or_nan(has, s.loss));
+        row.push("grad_norm", or_nan(has, s.grad_norm));
+        row.push("lr", lr);
+        row.push("skipped_step", skipped as f64);
+        let step_s = generate_s + train_s;
+        row.push("time/step_s", step_s);
+        row.push("time/generate_s", generate_s);
+        row.push("time/train_s", train_s);
+        row.push(
+            "throughput/completions_per_s",
+            r.all_rewards.len() as f64 / step_s.max(1e-9),
+        );
+        row.push(
+            "throughput/tokens_per_s",
+            r.generated_tokens as f64 / step_s.max(1e-9),
+        );
+    }
+
+    /// Greedy held-out accuracy of the current policy.
+    ///
+    /// # Errors
+    /// Generation failures.
+    pub fn evaluate(&self) -> Result<EvalResult> {
+        let mut r = evaluate(
+            &self.model,
+            &self.tokenizer,
+            &self.encoder,
+            &self.eval_set,
+            self.args.max_completion_length,
+        )?;
+        if self.args.recipe == crate::config::Recipe::Sft {
+            r.loss = Some(self.sft_eval_loss()?);
+        }
+        Ok(r)
+    }
+
+    fn resume_point(&self, output_dir: &Path) -> Result<Option<PathBuf>> {
+        match self.args.resume.as_str() {
+            "never" => Ok(None),
+            "auto" => latest_checkpoint(output_dir),
+            path => Ok(Some(PathBuf::from(path))),
+        }
+    }
+
+    /// Loads weights (or adapters), optimizer moments and trainer state from `checkpoint`.
+    fn restore(&mut self, checkpoint: &Path) -> Result<TrainerState> {
+        let state = load_trainer_state(checkpoint)?;
+        if self.model.lora_config().is_some() {
+            self.model.load_lora(checkpoint)?;
+        } else {
+            let weights = atomrl_model::load_safetensors_dir(
+                checkpoint,
+                self.model.dtype(),
+                self.model.device(),
+            )?;
+            for (name, var) in self.model.named_vars() {
+                let t = weights.get(&name).ok_or_else(|| {
+                    Error::file(
+                        checkpoint.display(),
+                        format!("checkpoint lacks weight `{name}`"),
+                    )
+                })?;
+                var.set(t).ctx("restore")?;
+            }
+        }
+        self.optimizer
+            .load(&checkpoint.join(crate::checkpoint::OPTIMIZER_FILE))?;
+        Ok(state)
+    }
+}
+
+/// Test hook for the resume tests: `ATOMRL_TEST_KILL_AFTER_STEP=N` sends this process a real
+/// SIGKILL right after step `N` is logged (and saved, if it is a save step), exactly like an
+/// operator's `kill -9`.
+fn kill_if_asked(step: u64) {
+    let asked = std::env::var("ATOMRL_TEST_KILL_AFTER_STEP")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok());
+    if asked == Some(step) {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &std::process::id().to_string()])
+            .status();
+        std::thread::sleep(std::time::Duration::from_secs(10));
+    }
+}
+
+/// The sampling seed of generation round `round` of step `step`: derived, not stored, so a
+/// resumed run samples exactly what the uninterrupted run would have.
+fn sampling_seed(seed: u64, step: u64, round: u64) -> u64 {
+    SplitMix64::derive(seed, step.wrapping_mul(1_000_003).wrapping_add(round)).next_u64()
+}
+
+fn push_eval(row: &mut MetricRow, r: &EvalResult) {
+    row.push("eval/accuracy", r.accuracy);
+    row.push("eval/format_rate", r.format_rate);
+    row.push("eval/completion_length", r.mean_length);
+    if let Some(loss) = r.loss {
+        row.push("eval/loss", loss);
+    }
+}
+
+/// Training and held-out examples of `args`: `eval_dataset` when given (its `test` split for
+/// hub datasets), else `eval_size` examples split off the training data.
+///
+/// # Errors
+/// Data loading failures.
+pub fn load_splits(args: &GRPOArgs) -> Result<(Vec<Example>, Vec<Example>)> {
+    let train = DataSource::parse(&args.dataset)?.load("train")?;
+    match &args.eval_dataset {
+        Some(eval) => {
+            let mut eval = DataSource::parse(eval)?.load("test")?;
+            eval.truncate(if args.eval_size > 0 {
+                args.eval_size
+            } else {
+                eval.len()
+            });
+            Ok((train, eval))
+        }
+        None if args.eval_size > 0 => {
+            crate::data::train_eval_split(train, args.eval_size, args.seed)
+        }
+        None => Ok((train, Vec::new())),
+    }
+}

@@ -1,0 +1,238 @@
+//! The policy update of one step: log-probs, loss (+ β·KL − entropy bonus), gradient
+//! accumulation with the global normaliser, clipping, the NaN/Inf guard, AdamW.
+
+use std::str::FromStr;
+
+use atomrl_core::{CandleContext, Result};
+use atomrl_logprob::get_action_log_probs;
+use atomrl_loss::{
+    aggregate_loss, compute_kl_penalty, compute_policy_loss, AggOptions, KlEstimator, LossAgg,
+    PolicyLossOptions, RatioLevel,
+};
+use atomrl_model::CausalLm;
+use candle_core::{Tensor, Var};
+
+use super::accumulate::{accumulate_and_step, StepSettings};
+use super::batch::TrainingBatch;
+use crate::config::GRPOArgs;
+use crate::optim::AdamW;
+
+/// What an update measured.
+#[derive(Debug, Clone, Default)]
+pub struct UpdateStats {
+    /// The loss (sum over micro-batches = the full-batch loss), last iteration.
+    pub loss: f64,
+    /// Gradient norm before clipping, last iteration.
+    pub grad_norm: f64,
+    /// Token-weighted clip fractions and approximate KL to the old policy.
+    pub clip_frac: f64,
+    /// Share of tokens clipped at `1 − ε_low`.
+    pub clip_frac_low: f64,
+    /// Share of tokens clipped at `1 + ε_high`.
+    pub clip_frac_high: f64,
+    /// Masked mean of `old − new` log-probs.
+    pub ppo_kl: f64,
+    /// Masked mean KL to the reference (NaN when β = 0: no reference is held).
+    pub kl: f64,
+    /// Masked mean entropy of the policy on the completions.
+    pub entropy: f64,
+    /// Optimizer updates skipped because the loss or gradient norm was not finite.
+    pub skipped: usize,
+    /// Why the last skip happened.
+    pub skip_reason: Option<String>,
+}
+
+/// The pieces an update works on.
+pub struct UpdateContext<'a> {
+    /// The trainable policy.
+    pub model: &'a CausalLm,
+    /// A frozen reference model (only when β > 0).
+    pub reference: Option<&'a CausalLm>,
+    /// The trainable parameters, by name (the optimizer's).
+    pub params: &'a [(String, Var)],
+    /// Run options.
+    pub args: &'a GRPOArgs,
+}
+
+fn scalar(t: &Tensor) -> Result<f64> {
+    t.to_dtype(candle_core::DType::F64)
+        .and_then(|x| x.to_scalar::<f64>())
+        .ctx("update")
+}
+
+fn masked_mean(values: &Tensor, mask: &Tensor) -> Result<f64> {
+    let func = "update";
+    let num = values
+        .detach()
+        .broadcast_mul(mask)
+        .and_then(|x| x.sum_all())
+        .ctx(func)?;
+    let den = scalar(&mask.sum_all().ctx(func)?)?;
+    Ok(if den > 0.0 {
+        scalar(&num)? / den
+    } else {
+        f64::NAN
+    })
+}
+
+/// Log-probs of the completion tokens under `model` without a graph, micro-batch by
+/// micro-batch (`[R, T]`).
+fn detached_log_probs(
+    model: &CausalLm,
+    batch: &TrainingBatch,
+    micro: usize,
+    temperature: f64,
+) -> Result<Tensor> {
+    let view = model.detached();
+    let mut parts = Vec::new();
+    let mut start = 0;
+    while start < batch.num_rows() {
+        let len = micro.min(batch.num_rows() - start);
+        let mb = batch.rows(start, len)?;
+        parts.push(
+            get_action_log_probs(
+                &view,
+                &mb.input_ids,
+                &mb.attention_mask,
+                batch.completion_len,
+                temperature,
+                false,
+            )?
+            .log_probs,
+        );
+        start += len;
+    }
+    Tensor::cat(&parts, 0).ctx("update")
+}
+
+/// Runs `num_iterations` optimizer updates on `batch` at learning rate `lr`; with
+/// `inject_nan` the loss is made NaN (a test hook for the guard).
+///
+/// # Errors
+/// Tensor or shape failures (a non-finite loss is not an error: the step is skipped).
+pub fn policy_update(
+    ctx: &UpdateContext<'_>,
+    optimizer: &mut AdamW,
+    batch: &TrainingBatch,
+    lr: f64,
+    inject_nan: bool,
+) -> Result<UpdateStats> {
+    let func = "update";
+    let a = ctx.args;
+    let rows = batch.num_rows();
+    let micro = rows.div_ceil(a.gradient_accumulation_steps.max(1)).max(1);
+    let total_tokens = scalar(&batch.completion_mask.sum_all().ctx(func)?)?;
+    let mut stats = UpdateStats {
+        kl: f64::NAN,
+        ..Default::default()
+    };
+    if total_tokens == 0.0 {
+        stats.skipped = 1;
+        stats.skip_reason = Some("no completion token counts in the loss".into());
+        return Ok(stats);
+    }
+    // The global normaliser: every micro-batch divides by the whole batch's tokens / rows, so
+    // the micro-batch losses add up to the full-batch loss (TRL issue #3021).
+    let agg = AggOptions {
+        mode: LossAgg::from_str(&a.loss_agg)?,
+        max_len: Some(a.max_completion_length),
+        global_tokens: Some(total_tokens),
+        global_seqs: Some(rows as f64),
+    };
+    let opts = PolicyLossOptions {
+        clip_low: a.clip_low,
+        clip_high: a.clip_high,
+        clip_ratio_c: a.clip_ratio_c,
+        ratio_level: RatioLevel::from_str(&a.ratio_level)?,
+        agg,
+    };
+    let estimator = KlEstimator::from_str(&a.kl_estimator)?;
+    let old = if a.num_iterations > 1 {
+        Some(detached_log_probs(ctx.model, batch, micro, a.temperature)?)
+    } else {
+        None
+    };
+    let reference = match ctx.reference {
+        Some(r) if a.beta > 0.0 => Some(detached_log_probs(r, batch, micro, a.temperature)?),
+        _ => None,
+    };
+    let settings = StepSettings {
+        accumulation: a.gradient_accumulation_steps,
+        max_grad_norm: a.max_grad_norm,
+        lr,
+        inject_nan,
+    };
+    for _ in 0..a.num_iterations {
+        let (mut clip, mut low, mut high, mut ppo_kl, mut kl, mut ent, mut weight) =
+            (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+        let outcome = accumulate_and_step(ctx.params, optimizer, batch, settings, |mb, first| {
+            let len = mb.num_rows();
+            let tokens = scalar(&mb.completion_mask.sum_all().ctx(func)?)?;
+            let out = get_action_log_probs(
+                ctx.model,
+                &mb.input_ids,
+                &mb.attention_mask,
+                batch.completion_len,
+                a.temperature,
+                true,
+            )?;
+            let lp = out.log_probs;
+            let lp_sum = scalar(
+                &lp.detach()
+                    .broadcast_mul(&mb.completion_mask)
+                    .and_then(|x| x.sum_all())
+                    .ctx(func)?,
+            )?;
+            if !lp_sum.is_finite() {
+                return Ok(None);
+            }
+            let old_mb = match &old {
+                Some(o) => o.narrow(0, first, len).ctx(func)?,
+                None => lp.detach(),
+            };
+            let pl = compute_policy_loss(&lp, &old_mb, &mb.advantages, &mb.completion_mask, &opts)?;
+            let mut loss = pl.loss.clone();
+            if let Some(r) = &reference {
+                let k = compute_kl_penalty(
+                    &lp,
+                    &r.narrow(0, first, len).ctx(func)?,
+                    &mb.completion_mask,
+                    estimator,
+                )?;
+                let term = aggregate_loss(&k.kl, &mb.completion_mask, &agg)?;
+                loss = (loss + (term * a.beta).ctx(func)?).ctx(func)?;
+                kl += masked_mean(&k.kl, &mb.completion_mask)? * tokens;
+            }
+            if let Some(entropy) = &out.entropy {
+                if a.entropy_coef > 0.0 {
+                    let term = aggregate_loss(entropy, &mb.completion_mask, &agg)?;
+                    loss = (loss - (term * a.entropy_coef).ctx(func)?).ctx(func)?;
+                }
+                ent += masked_mean(entropy, &mb.completion_mask)? * tokens;
+            }
+            clip += pl.clip_frac * tokens;
+            low += pl.clip_frac_low * tokens;
+            high += pl.clip_frac_high * tokens;
+            ppo_kl += pl.ppo_kl * tokens;
+            weight += tokens;
+            Ok(Some(loss))
+        })?;
+        stats.loss = outcome.loss;
+        stats.grad_norm = outcome.grad_norm;
+        if weight > 0.0 {
+            stats.clip_frac = clip / weight;
+            stats.clip_frac_low = low / weight;
+            stats.clip_frac_high = high / weight;
+            stats.ppo_kl = ppo_kl / weight;
+            stats.entropy = ent / weight;
+            if reference.is_some() {
+                stats.kl = kl / weight;
+            }
+        }
+        if let Some(reason) = outcome.skipped {
+            stats.skipped += 1;
+            stats.skip_reason = Some(reason);
+        }
+    }
+    Ok(stats)
+}

@@ -1,0 +1,129 @@
+//! Answering questions with a checkpoint (what `atomrl-infer` runs).
+
+use std::path::{Path, PathBuf};
+
+use atomrl_core::{Error, Result};
+use atomrl_model::{CausalLm, ADAPTER_CONFIG_FILE};
+use atomrl_reward::correctness_score;
+use atomrl_sample::{generate_samples, ChatTokenizer, SamplingParams};
+use candle_core::{DType, Device};
+
+use crate::data::{Example, Prompt};
+use crate::grpo::PromptEncoder;
+
+/// A model ready to answer: a full HF checkpoint, or a LoRA adapter on its base model.
+pub struct Answerer {
+    model: CausalLm,
+    tokenizer: ChatTokenizer,
+    encoder: PromptEncoder,
+    params: SamplingParams,
+}
+
+/// One answer.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// The question.
+    pub question: String,
+    /// The generated completion.
+    pub completion: String,
+    /// 1/0 correctness when a ground truth was given.
+    pub correct: Option<f64>,
+}
+
+impl Answerer {
+    /// Loads `checkpoint` (a folder with `config.json` and weights, or with
+    /// `adapter_config.json`, whose `base_model_name_or_path` names the base model).
+    ///
+    /// # Errors
+    /// Missing files or an unresolvable base model.
+    pub fn load(
+        checkpoint: &Path,
+        device: &Device,
+        max_new_tokens: usize,
+        temperature: f64,
+        system_prompt: Option<String>,
+    ) -> Result<Self> {
+        let adapter = checkpoint.join(ADAPTER_CONFIG_FILE);
+        let (model, tokenizer_dir) = if adapter.is_file() {
+            let text =
+                std::fs::read_to_string(&adapter).map_err(|e| Error::file(adapter.display(), e))?;
+            let cfg: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| Error::file(adapter.display(), e))?;
+            let base = cfg["base_model_name_or_path"].as_str().ok_or_else(|| {
+                Error::file(
+                    adapter.display(),
+                    "no `base_model_name_or_path`: cannot find the base model",
+                )
+            })?;
+            let base_dir = crate::runtime::resolve_model_dir(base)?;
+            let mut model = CausalLm::from_hf_dir(&base_dir, DType::F32, device)?;
+            model.load_lora(checkpoint)?;
+            (model, tokenizer_source(checkpoint, &base_dir))
+        } else {
+            (
+                CausalLm::from_hf_dir(checkpoint, DType::F32, device)?,
+                checkpoint.to_path_buf(),
+            )
+        };
+        let tokenizer = ChatTokenizer::from_hf_dir(&tokenizer_dir)?;
+        let params = SamplingParams {
+            num_generations: 1,
+            max_new_tokens,
+            temperature,
+            stop_token_ids: tokenizer.eos_token_ids(),
+            ..Default::default()
+        };
+        let encoder = PromptEncoder {
+            chat_template: true,
+            system_prompt,
+            max_prompt_length: usize::MAX,
+        };
+        Ok(Self {
+            model,
+            tokenizer,
+            encoder,
+            params,
+        })
+    }
+
+    /// Answers every example (in batches of 64); scores correctness when `ground_truth` is set.
+    ///
+    /// # Errors
+    /// Generation or tokenizer failures.
+    pub fn answer(&self, examples: &[Example]) -> Result<Vec<Answer>> {
+        let mut answers = Vec::with_capacity(examples.len());
+        for chunk in examples.chunks(64) {
+            let prompts = chunk
+                .iter()
+                .map(|e| self.encoder.encode(&self.tokenizer, e))
+                .collect::<Result<Vec<_>>>()?;
+            let ids: Vec<Vec<u32>> = prompts.iter().map(|p| p.ids.clone()).collect();
+            let out = generate_samples(&self.model, &ids, &self.params, Some(&self.tokenizer))?;
+            let texts = self
+                .tokenizer
+                .decode_completions(&out, &self.params.stop_strings)?;
+            for (e, text) in chunk.iter().zip(texts) {
+                let question = match &e.prompt {
+                    Prompt::Text(t) => t.clone(),
+                    Prompt::Messages(m) => m.last().map(|m| m.content.clone()).unwrap_or_default(),
+                };
+                let correct = (!e.ground_truth.is_empty())
+                    .then(|| correctness_score(&text, &e.ground_truth, &Default::default()) as f64);
+                answers.push(Answer {
+                    question,
+                    completion: text,
+                    correct,
+                });
+            }
+        }
+        Ok(answers)
+    }
+}
+
+fn tokenizer_source(checkpoint: &Path, base: &Path) -> PathBuf {
+    if checkpoint.join("tokenizer.json").is_file() {
+        checkpoint.to_path_buf()
+    } else {
+        base.to_path_buf()
+    }
+}

@@ -1,0 +1,26 @@
+//! GRPO, DAPO and SFT recipes composed from AtomRL's atomic crates.
+//!
+//! - [`data`]: datasets (JSONL, GSM8K parquet from the hub cache, synthetic word problems),
+//!   splits and seeded epoch sampling.
+//! - [`logging`]: `metrics.jsonl`, TensorBoard event files, PNG charts, the progress bar.
+//! - [`config`]: [`config::GRPOArgs`] with the `grpo`, `dapo` and `sft` presets.
+//! - [`optim`]: AdamW with savable state, LR schedules, gradient accumulation and clipping.
+//! - [`grpo`]: [`GRPOTrainer`], the GRPO / DAPO loop.
+//! - [`checkpoint`]: atomic HF-format checkpoints with the trainer state, for exact resume.
+//! - [`runtime`]: device, dtype, threads, model and tokenizer loading.
+
+#![deny(missing_docs)]
+
+pub mod checkpoint;
+pub mod config;
+pub mod data;
+pub mod grpo;
+pub mod infer;
+pub mod logging;
+pub mod optim;
+pub mod run;
+pub mod runtime;
+pub mod sft;
+
+pub use config::{GRPOArgs, Recipe};
+pub use grpo::{GRPOTrainer, TrainSummary, Trainer};

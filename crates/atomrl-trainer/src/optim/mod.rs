@@ -1,0 +1,10 @@
+//! Optimisation: AdamW with savable state, learning-rate schedules, gradient accumulation and
+//! clipping.
+
+mod adamw;
+mod grads;
+mod schedule;
+
+pub use adamw::{AdamW, AdamWConfig};
+pub use grads::Gradients;
+pub use schedule::{learning_rate, warmup_steps};

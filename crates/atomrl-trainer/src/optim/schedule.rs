@@ -1,0 +1,68 @@
+//! Learning-rate schedules: linear warm-up, then constant, linear or cosine decay.
+
+use crate::config::LrSchedule;
+
+/// The learning rate at optimizer step `step` (0-based) of `total` steps.
+///
+/// Warm-up rises linearly from `lr / warmup` to `lr` over `warmup` steps (as transformers'
+/// `get_*_schedule_with_warmup`); then `constant` stays at `lr`, `linear` and `cosine` decay to
+/// `min_lr_ratio · lr` at the last step.
+///
+/// ```
+/// use atomrl_trainer::config::LrSchedule;
+/// use atomrl_trainer::optim::learning_rate;
+/// assert_eq!(learning_rate(LrSchedule::Constant, 1.0, 0, 10, 0.0, 5), 1.0);
+/// assert_eq!(learning_rate(LrSchedule::Linear, 1.0, 2, 10, 0.0, 0), 0.5);
+/// assert!((learning_rate(LrSchedule::Cosine, 1.0, 0, 11, 0.1, 10) - 0.1).abs() < 1e-12);
+/// ```
+pub fn learning_rate(
+    schedule: LrSchedule,
+    lr: f64,
+    warmup: usize,
+    total: usize,
+    min_lr_ratio: f64,
+    step: usize,
+) -> f64 {
+    if step < warmup {
+        return lr * (step + 1) as f64 / warmup as f64;
+    }
+    let decay_steps = total.saturating_sub(warmup).saturating_sub(1).max(1) as f64;
+    let progress = ((step - warmup) as f64 / decay_steps).clamp(0.0, 1.0);
+    let floor = lr * min_lr_ratio;
+    match schedule {
+        LrSchedule::Constant => lr,
+        LrSchedule::Linear => floor + (lr - floor) * (1.0 - progress),
+        LrSchedule::Cosine => {
+            floor + (lr - floor) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
+        }
+    }
+}
+
+/// Warm-up steps: `warmup_steps` when set, else `ceil(warmup_ratio · total)`.
+///
+/// ```
+/// assert_eq!(atomrl_trainer::optim::warmup_steps(0, 0.1, 95), 10);
+/// assert_eq!(atomrl_trainer::optim::warmup_steps(3, 0.5, 95), 3);
+/// ```
+pub fn warmup_steps(warmup_steps: usize, warmup_ratio: f64, total: usize) -> usize {
+    if warmup_steps > 0 {
+        warmup_steps
+    } else {
+        (warmup_ratio * total as f64).ceil() as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cosine_and_linear_end_at_the_floor_and_start_at_the_peak() {
+        for s in [LrSchedule::Linear, LrSchedule::Cosine] {
+            assert!((learning_rate(s, 2.0, 3, 20, 0.25, 3) - 2.0).abs() < 1e-12);
+            assert!((learning_rate(s, 2.0, 3, 20, 0.25, 19) - 0.5).abs() < 1e-12);
+            assert!(learning_rate(s, 2.0, 3, 20, 0.25, 10) < 2.0);
+        }
+        assert_eq!(learning_rate(LrSchedule::Constant, 2.0, 4, 20, 0.0, 1), 1.0);
+    }
+}

@@ -1,0 +1,63 @@
+//! Running a configured recipe end to end (what `atomrl-train` and the examples call).
+
+use atomrl_core::Result;
+
+use crate::config::{build_rewards, GRPOArgs, Recipe};
+use crate::grpo::{GRPOTrainer, TrainSummary};
+use crate::runtime::{load_policy, select_device, set_threads};
+
+/// Loads the model, tokenizer, rewards and data of `args` and trains.
+///
+/// # Errors
+/// Anything the run can fail on: files, devices, data, tensor operations.
+pub fn run_recipe(args: GRPOArgs) -> Result<TrainSummary> {
+    set_threads(args.threads);
+    let device = select_device(&args.device)?;
+    let (model, tokenizer) = load_policy(&args, &device)?;
+    match args.recipe {
+        Recipe::Sft => crate::grpo::Trainer::sft(args, model, tokenizer)?.train(),
+        Recipe::Grpo | Recipe::Dapo => {
+            let rewards = build_rewards(&args)?;
+            GRPOTrainer::new(args, model, tokenizer, rewards)?.train()
+        }
+    }
+}
+
+/// Prints the end-of-run summary: accuracy before and after, steps, time, where things are.
+pub fn print_summary(s: &TrainSummary) {
+    println!();
+    println!(
+        "== AtomRL run finished: {} steps in {:.1} s ({} skipped)",
+        s.steps, s.seconds, s.skipped_steps
+    );
+    match (&s.eval_before, &s.eval_after) {
+        (Some(b), Some(a)) => println!(
+            "   held-out greedy accuracy: {:.1}% -> {:.1}% ({:+.1} points, {} examples)",
+            100.0 * b.accuracy,
+            100.0 * a.accuracy,
+            100.0 * (a.accuracy - b.accuracy),
+            a.count
+        ),
+        (None, Some(a)) => println!(
+            "   held-out greedy accuracy: {:.1}% ({} examples)",
+            100.0 * a.accuracy,
+            a.count
+        ),
+        _ => {}
+    }
+    println!(
+        "   metrics:     {}",
+        s.output_dir.join("metrics.jsonl").display()
+    );
+    println!(
+        "   tensorboard: tensorboard --logdir {}",
+        s.output_dir.display()
+    );
+    if !s.charts.is_empty() {
+        println!("   charts:      {}", s.output_dir.join("charts").display());
+    }
+    if let Some(ckpt) = &s.checkpoint {
+        println!("   checkpoint:  {}", ckpt.display());
+        println!("   try it:      cargo run --release -p atomrl-trainer --bin atomrl-infer -- --checkpoint {} \"What is 3+4?\"", ckpt.display());
+    }
+}

@@ -1,0 +1,124 @@
+//! Building what a run computes with: the device, the model (local folder or hub id, with
+//! optional LoRA) and its tokenizer.
+
+use std::path::{Path, PathBuf};
+
+use atomrl_core::{Error, Result};
+use atomrl_model::{CausalLm, LoraConfig};
+use atomrl_sample::ChatTokenizer;
+use candle_core::{DType, Device};
+
+use crate::config::GRPOArgs;
+
+/// The device named by `device` (`cpu`, `cuda`, `cuda:N`).
+///
+/// # Errors
+/// [`Error::Value`] for an unknown name, a CUDA device in a build without the `cuda` feature
+/// (saying how to build with it), or a CUDA device that cannot be opened.
+///
+/// ```
+/// assert!(atomrl_trainer::runtime::select_device("cpu")?.is_cpu());
+/// assert!(atomrl_trainer::runtime::select_device("tpu").is_err());
+/// # Ok::<(), atomrl_core::Error>(())
+/// ```
+pub fn select_device(device: &str) -> Result<Device> {
+    match device {
+        "cpu" => Ok(Device::Cpu),
+        d if d == "cuda" || d.starts_with("cuda:") => {
+            let ordinal = match d.strip_prefix("cuda:") {
+                Some(n) => n.parse::<usize>().map_err(|_| {
+                    Error::value("device", "device", "cuda:N with N a GPU index", d)
+                })?,
+                None => 0,
+            };
+            if !candle_core::utils::cuda_is_available() {
+                return Err(Error::value(
+                    "device",
+                    "device",
+                    "a device this binary supports (rebuild with `--features cuda` for CUDA)",
+                    d,
+                ));
+            }
+            Device::new_cuda(ordinal).map_err(|e| {
+                Error::value(
+                    "device",
+                    "device",
+                    "an available CUDA device",
+                    format!("{d}: {e}"),
+                )
+            })
+        }
+        other => Err(Error::value(
+            "device",
+            "device",
+            "cpu, cuda or cuda:N",
+            other,
+        )),
+    }
+}
+
+/// The dtype named by `dtype` (`f32`, `bf16`, `f16`).
+///
+/// # Errors
+/// [`Error::UnknownChoice`] for another name.
+pub fn select_dtype(dtype: &str) -> Result<DType> {
+    match dtype {
+        "f32" => Ok(DType::F32),
+        "bf16" => Ok(DType::BF16),
+        "f16" => Ok(DType::F16),
+        other => Err(Error::unknown_choice(
+            "config",
+            "dtype",
+            &["f32", "bf16", "f16"],
+            other,
+        )),
+    }
+}
+
+/// Sets the number of CPU compute threads (candle reads `RAYON_NUM_THREADS` when its thread
+/// pool starts); 0 leaves the default (all cores). Call before any tensor work.
+pub fn set_threads(threads: usize) {
+    if threads > 0 && std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
+    }
+}
+
+/// The local folder of a model: `model` itself when it is a folder, else the hub cache's
+/// snapshot of the hub id `model` (downloaded first with the `hub` feature).
+///
+/// # Errors
+/// [`Error::File`] when neither exists (saying how to get the model).
+pub fn resolve_model_dir(model: &str) -> Result<PathBuf> {
+    let path = Path::new(model);
+    if path.is_dir() {
+        return Ok(path.to_path_buf());
+    }
+    atomrl_model::resolve_hub_snapshot(&atomrl_model::hub_cache_dir(), model, "main").map_err(|e| {
+        Error::file(
+            model,
+            format!(
+                "not a local folder, and not in the hub cache ({e}); download it with \
+                 `huggingface-cli download {model}` or pass a local Hugging Face folder"
+            ),
+        )
+    })
+}
+
+/// Loads the policy model of `args` (with fresh LoRA adapters when `[lora]` is set) and its
+/// tokenizer.
+///
+/// # Errors
+/// Missing files, an unsupported architecture, bad LoRA settings.
+pub fn load_policy(args: &GRPOArgs, device: &Device) -> Result<(CausalLm, ChatTokenizer)> {
+    let dir = resolve_model_dir(&args.model)?;
+    let mut model = CausalLm::from_hf_dir(&dir, select_dtype(&args.dtype)?, device)?;
+    if let Some(l) = &args.lora {
+        let targets: Vec<&str> = l.target_modules.iter().map(String::as_str).collect();
+        let config = LoraConfig::new(l.r, l.alpha)
+            .with_targets(&targets)?
+            .with_dropout(l.dropout)?;
+        model.add_lora(config, args.seed)?;
+    }
+    let tokenizer = ChatTokenizer::from_hf_dir(&dir)?;
+    Ok((model, tokenizer))
+}

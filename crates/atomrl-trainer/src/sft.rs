@@ -1,0 +1,190 @@
+//! The SFT recipe: token cross-entropy on completion tokens only (prompt tokens masked), on
+//! the shared trainer loop — same optimizer, schedules, accumulation, clipping, NaN guard,
+//! LoRA, checkpoints, metrics and evaluation as GRPO.
+
+use std::time::Instant;
+
+use atomrl_core::{CandleContext, Error, Result};
+use atomrl_logprob::get_action_log_probs;
+use atomrl_loss::compute_sft_loss;
+use atomrl_model::CausalLm;
+use atomrl_reward::WeightedRewards;
+use atomrl_sample::ChatTokenizer;
+
+use crate::config::GRPOArgs;
+use crate::data::{EpochSampler, Example};
+use crate::grpo::{accumulate_and_step, StepSettings, Trainer, TrainingBatch};
+use crate::logging::MetricRow;
+
+/// Examples per batch when computing the held-out loss.
+const EVAL_LOSS_BATCH: usize = 32;
+
+/// Token ids of one SFT example: the encoded prompt, and the completion followed by EOS
+/// (so the model learns to stop), cut to `max_completion_length`.
+///
+/// # Errors
+/// [`Error::Value`] when the example has no completion; tokenizer failures.
+pub fn encode_sft_example(
+    trainer_tokenizer: &ChatTokenizer,
+    encoder: &crate::grpo::PromptEncoder,
+    example: &Example,
+    max_completion_length: usize,
+) -> Result<(Vec<u32>, Vec<u32>)> {
+    let completion = example
+        .completion
+        .as_deref()
+        .ok_or_else(|| Error::missing("sft", "completion", "a completion for every SFT example (prompt + completion, or chat messages ending with the assistant)"))?;
+    let prompt = encoder.encode(trainer_tokenizer, example)?;
+    let mut ids = trainer_tokenizer.encode(completion, false)?;
+    if let Some(&eos) = trainer_tokenizer.eos_token_ids().first() {
+        ids.push(eos);
+    }
+    ids.truncate(max_completion_length);
+    Ok((prompt.ids, ids))
+}
+
+impl Trainer {
+    /// An SFT trainer (`recipe = "sft"`): no reward functions, the data's completions are the
+    /// targets.
+    ///
+    /// # Errors
+    /// As [`Trainer::new`].
+    pub fn sft(args: GRPOArgs, model: CausalLm, tokenizer: ChatTokenizer) -> Result<Self> {
+        Trainer::new(args, model, tokenizer, WeightedRewards::new())
+    }
+
+    fn sft_batch(&self, examples: &[&Example]) -> Result<TrainingBatch> {
+        let seqs = examples
+            .iter()
+            .map(|e| {
+                encode_sft_example(
+                    &self.tokenizer,
+                    &self.encoder,
+                    e,
+                    self.args.max_completion_length,
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<(&[u32], &[u32])> = seqs
+            .iter()
+            .map(|(p, c)| (p.as_slice(), c.as_slice()))
+            .collect();
+        let zeros = vec![0f32; refs.len()];
+        let all = vec![true; refs.len()];
+        TrainingBatch::build(
+            &refs,
+            &zeros,
+            &all,
+            self.tokenizer.pad_token_id(),
+            self.model.device(),
+        )
+    }
+
+    /// One SFT step: a batch of examples, mean completion-token cross-entropy with the global
+    /// token count as normaliser, accumulation, clipping, AdamW.
+    pub(crate) fn sft_step(
+        &mut self,
+        step: u64,
+        lr: f64,
+        sampler: &mut EpochSampler,
+    ) -> Result<MetricRow> {
+        let func = "sft_step";
+        let started = Instant::now();
+        let picked: Vec<&Example> = sampler
+            .next_batch(self.args.batch_size)
+            .into_iter()
+            .map(|i| &self.train_set[i])
+            .collect();
+        let batch = self.sft_batch(&picked)?;
+        let total_tokens: f32 = batch
+            .completion_mask
+            .sum_all()
+            .and_then(|t| t.to_scalar())
+            .ctx(func)?;
+        let settings = StepSettings {
+            accumulation: self.args.gradient_accumulation_steps,
+            max_grad_norm: self.args.max_grad_norm,
+            lr,
+            inject_nan: self.nan_steps.contains(&step),
+        };
+        let model = &self.model;
+        let t = batch.completion_len;
+        let outcome = accumulate_and_step(
+            &self.params,
+            &mut self.optimizer,
+            &batch,
+            settings,
+            |mb, _| {
+                let lp =
+                    get_action_log_probs(model, &mb.input_ids, &mb.attention_mask, t, 1.0, false)?
+                        .log_probs;
+                let finite: f32 = lp
+                    .detach()
+                    .broadcast_mul(&mb.completion_mask)
+                    .and_then(|x| x.sum_all())
+                    .and_then(|x| x.to_scalar())
+                    .ctx(func)?;
+                if !finite.is_finite() {
+                    return Ok(None);
+                }
+                Ok(Some(
+                    compute_sft_loss(&lp, &mb.completion_mask, Some(total_tokens as f64))?.loss,
+                ))
+            },
+        )?;
+        if let Some(reason) = &outcome.skipped {
+            eprintln!("warning: step {step}: update skipped: {reason}");
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        let mut row = MetricRow::new(step);
+        row.push("loss", outcome.loss);
+        row.push("grad_norm", outcome.grad_norm);
+        row.push("lr", lr);
+        row.push("tokens_per_s", total_tokens as f64 / seconds.max(1e-9));
+        row.push("completion_tokens", total_tokens as f64);
+        row.push(
+            "skipped_step",
+            if outcome.skipped.is_some() { 1.0 } else { 0.0 },
+        );
+        row.push("time/step_s", seconds);
+        self.last_samples.clear();
+        Ok(row)
+    }
+
+    /// Teacher-forced mean completion-token loss on the held-out examples.
+    pub(crate) fn sft_eval_loss(&self) -> Result<f64> {
+        let func = "sft_eval_loss";
+        let view = self.model.detached();
+        let (mut nll, mut tokens) = (0.0f64, 0.0f64);
+        let examples: Vec<&Example> = self
+            .eval_set
+            .iter()
+            .filter(|e| e.completion.is_some())
+            .collect();
+        for chunk in examples.chunks(EVAL_LOSS_BATCH) {
+            let batch = self.sft_batch(chunk)?;
+            let lp = get_action_log_probs(
+                &view,
+                &batch.input_ids,
+                &batch.attention_mask,
+                batch.completion_len,
+                1.0,
+                false,
+            )?
+            .log_probs;
+            let sum: f32 = lp
+                .broadcast_mul(&batch.completion_mask)
+                .and_then(|x| x.sum_all())
+                .and_then(|x| x.to_scalar())
+                .ctx(func)?;
+            let count: f32 = batch
+                .completion_mask
+                .sum_all()
+                .and_then(|x| x.to_scalar())
+                .ctx(func)?;
+            nll -= sum as f64;
+            tokens += count as f64;
+        }
+        Ok(if tokens > 0.0 { nll / tokens } else { f64::NAN })
+    }
+}

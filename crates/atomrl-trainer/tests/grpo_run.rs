@@ -1,0 +1,317 @@
+//! End-to-end runs of the GRPO / DAPO trainer on the tiny random Qwen2 fixture: metrics keys,
+//! TensorBoard events, charts, checkpoints; exact resume after a SIGKILL; the NaN guard;
+//! gradient accumulation equal to one big batch; DAPO dynamic-sampling refill.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use atomrl_model::CausalLm;
+use atomrl_reward::{FnReward, WeightedRewards};
+use atomrl_sample::ChatTokenizer;
+use atomrl_trainer::config::{load_args, GRPOArgs, Recipe};
+use atomrl_trainer::data::{Example, Prompt};
+use atomrl_trainer::logging::read_metrics;
+use atomrl_trainer::Trainer;
+use candle_core::{DType, Device};
+
+fn model_dir() -> String {
+    concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/reference/models/tiny-qwen2"
+    )
+    .to_string()
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("atomrl-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn write_dataset(dir: &Path) -> PathBuf {
+    let path = dir.join("train.jsonl");
+    let lines: Vec<String> = (0..24)
+        .map(|i| serde_json::json!({"prompt": format!("What is {} plus {}?", i % 7, i % 5), "ground_truth": format!("{}", i % 7 + i % 5)}).to_string())
+        .collect();
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    path
+}
+
+fn args(dir: &Path, extra: &[&str]) -> GRPOArgs {
+    let data = write_dataset(dir);
+    let mut o: Vec<String> = vec![
+        format!("model={:?}", model_dir()),
+        format!("dataset={:?}", data.display().to_string()),
+        format!("output_dir={:?}", dir.join("run").display().to_string()),
+        "max_steps=4".into(),
+        "batch_size=2".into(),
+        "num_generations=4".into(),
+        "max_completion_length=12".into(),
+        "eval_size=4".into(),
+        "lr=1e-3".into(),
+        "save_steps=2".into(),
+        "logging_steps=2".into(),
+        "progress=false".into(),
+    ];
+    o.extend(extra.iter().map(|s| s.to_string()));
+    load_args(None, None, &o).unwrap()
+}
+
+/// A reward with spread on a random model: the share of vowels in the completion.
+fn vowel_rewards() -> WeightedRewards {
+    let vowels = FnReward::new("vowels", |c: &str, _ctx, _row| {
+        let n = c.chars().count().max(1) as f32;
+        c.chars().filter(|ch| "aeiou".contains(*ch)).count() as f32 / n
+    });
+    WeightedRewards::new().with(vowels, 1.0).unwrap()
+}
+
+fn trainer(a: GRPOArgs, rewards: WeightedRewards) -> Trainer {
+    let model = CausalLm::from_hf_dir(model_dir(), DType::F32, &Device::Cpu).unwrap();
+    let tok = ChatTokenizer::from_hf_dir(model_dir()).unwrap();
+    Trainer::new(a, model, tok, rewards).unwrap()
+}
+
+#[test]
+fn a_tiny_run_writes_metrics_events_charts_and_checkpoints() {
+    let dir = temp_dir("grpo-run");
+    let summary = trainer(args(&dir, &[]), vowel_rewards()).train().unwrap();
+    assert_eq!(summary.steps, 4);
+    let run = dir.join("run");
+    let rows = read_metrics(run.join("metrics.jsonl")).unwrap();
+    assert_eq!(
+        rows.iter().map(|r| r.step).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3, 4]
+    );
+    for key in [
+        "reward/mean",
+        "reward/std",
+        "reward/vowels/mean",
+        "accuracy",
+        "completion_length/mean",
+        "completion_length/max",
+        "truncated_frac",
+        "zero_std_groups_frac",
+        "dropped_groups",
+        "kl",
+        "entropy",
+        "clip_frac/low",
+        "clip_frac/high",
+        "ppo_kl",
+        "loss",
+        "grad_norm",
+        "lr",
+        "skipped_step",
+        "time/step_s",
+        "time/generate_s",
+        "time/train_s",
+        "throughput/completions_per_s",
+        "throughput/tokens_per_s",
+    ] {
+        assert!(
+            rows[1].values.iter().any(|(k, _)| k == key),
+            "missing {key}"
+        );
+    }
+    assert!(rows[0].get("eval/accuracy").is_some() && rows[4].get("eval/accuracy").is_some());
+    let rewards: Vec<f64> = rows[1..]
+        .iter()
+        .map(|r| r.get("reward/mean").unwrap())
+        .collect();
+    assert!(
+        rewards.iter().all(|r| r.is_finite()) && rewards.iter().any(|r| *r != rewards[0]),
+        "{rewards:?}"
+    );
+    assert!(
+        rows[1..].iter().all(|r| r.get("grad_norm").unwrap() > 0.0),
+        "vowel reward has spread: gradients flow"
+    );
+    assert!(std::fs::read_dir(run.join("tensorboard")).unwrap().count() >= 1);
+    assert!(run.join("charts/reward.png").is_file());
+    for ckpt in ["checkpoint-2", "checkpoint-4"] {
+        for f in [
+            "config.json",
+            "model.safetensors",
+            "tokenizer.json",
+            "optimizer.safetensors",
+            "trainer_state.json",
+        ] {
+            assert!(run.join(ckpt).join(f).is_file(), "{ckpt}/{f}");
+        }
+    }
+    // The checkpoint is a model folder again.
+    CausalLm::from_hf_dir(run.join("checkpoint-4"), DType::F32, &Device::Cpu).unwrap();
+}
+
+#[test]
+fn injected_nan_skips_the_step_and_the_run_goes_on() {
+    let dir = temp_dir("grpo-nan");
+    let t = trainer(
+        args(&dir, &["save_steps=0", "eval_size=0"]),
+        vowel_rewards(),
+    )
+    .inject_nan_at(&[2]);
+    let mut t = t;
+    let summary = t.train().unwrap();
+    assert_eq!((summary.steps, summary.skipped_steps), (4, 1));
+    let rows = read_metrics(dir.join("run/metrics.jsonl")).unwrap();
+    let skipped: Vec<f64> = rows
+        .iter()
+        .map(|r| r.get("skipped_step").unwrap())
+        .collect();
+    assert_eq!(skipped, vec![0.0, 1.0, 0.0, 0.0]);
+}
+
+#[test]
+fn dynamic_sampling_drops_flat_groups_and_refills() {
+    let dir = temp_dir("grpo-dapo");
+    // Prompts with an even first number get a flat reward (no signal); the rest get spread.
+    let picky = FnReward::new(
+        "picky",
+        |c: &str, ctx: &atomrl_reward::RewardContext, row| {
+            let prompt = &ctx.prompts.as_ref().unwrap()[row];
+            let first: u32 = prompt
+                .split("What is ")
+                .nth(1)
+                .and_then(|s| s.split(' ').next())
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            if first % 2 == 0 {
+                0.5
+            } else {
+                (c.len() % 3) as f32
+            }
+        },
+    );
+    let a = args(&dir, &["max_steps=3", "save_steps=0", "eval_size=0"]);
+    let mut a = GRPOArgs {
+        dynamic_sampling: true,
+        max_num_gen_batches: 4,
+        ..a
+    };
+    a.recipe = Recipe::Dapo;
+    trainer(a, WeightedRewards::new().with(picky, 1.0).unwrap())
+        .train()
+        .unwrap();
+    let rows = read_metrics(dir.join("run/metrics.jsonl")).unwrap();
+    let dropped: f64 = rows.iter().map(|r| r.get("dropped_groups").unwrap()).sum();
+    let rounds: f64 = rows
+        .iter()
+        .map(|r| r.get("generation_rounds").unwrap())
+        .sum();
+    assert!(
+        dropped > 0.0 && rounds > 3.0,
+        "dropped {dropped}, rounds {rounds}"
+    );
+}
+
+fn train_bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_atomrl-train"));
+    c.env("RAYON_NUM_THREADS", "1");
+    c
+}
+
+fn write_config(dir: &Path, max_steps: usize) -> PathBuf {
+    let data = write_dataset(dir);
+    let path = dir.join("run.toml");
+    let toml = format!(
+        "model = {:?}\ndataset = {:?}\noutput_dir = {:?}\nmax_steps = {max_steps}\nbatch_size = 2\nnum_generations = 4\n\
+         max_completion_length = 12\neval_size = 4\nlr = 1e-3\nsave_steps = 2\nprogress = false\n\
+         lr_scheduler = \"cosine\"\nwarmup_steps = 1\n[[rewards]]\nname = \"digit\"\n[[rewards]]\nname = \"overlong\"\noptions = {{ buffer_len = 12 }}\n",
+        model_dir(),
+        data.display().to_string(),
+        dir.join("run").display().to_string()
+    );
+    std::fs::write(&path, toml).unwrap();
+    path
+}
+
+/// Rows without the wall-clock metrics, which differ between runs.
+fn comparable(path: &Path) -> Vec<Vec<(String, String)>> {
+    read_metrics(path)
+        .unwrap()
+        .into_iter()
+        .map(|r| {
+            let mut v: Vec<(String, String)> = vec![("step".into(), r.step.to_string())];
+            v.extend(
+                r.values
+                    .into_iter()
+                    .filter(|(k, _)| !k.starts_with("time/") && !k.starts_with("throughput/"))
+                    .map(|(k, x)| (k, format!("{x:.9e}"))),
+            );
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn a_killed_run_resumes_and_writes_the_same_rows_as_an_uninterrupted_one() {
+    let straight = temp_dir("resume-straight");
+    let cfg = write_config(&straight, 6);
+    assert!(train_bin()
+        .args(["--config", cfg.to_str().unwrap()])
+        .status()
+        .unwrap()
+        .success());
+
+    let killed = temp_dir("resume-killed");
+    let cfg = write_config(&killed, 6);
+    // Killed with SIGKILL after step 3 was logged: the last checkpoint is step 2.
+    let status = train_bin()
+        .args(["--config", cfg.to_str().unwrap()])
+        .env("ATOMRL_TEST_KILL_AFTER_STEP", "3")
+        .status()
+        .unwrap();
+    assert!(!status.success());
+    assert!(killed.join("run/checkpoint-2").is_dir() && !killed.join("run/checkpoint-4").exists());
+    let out = train_bin()
+        .args(["--config", cfg.to_str().unwrap(), "--resume"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let (a, b) = (
+        comparable(&straight.join("run/metrics.jsonl")),
+        comparable(&killed.join("run/metrics.jsonl")),
+    );
+    assert_eq!(a.len(), 7);
+    // The rows compared carry a learning signal (so equal rows mean equal weights and state).
+    let learning = read_metrics(straight.join("run/metrics.jsonl"))
+        .unwrap()
+        .iter()
+        .filter(|r| r.get("grad_norm").is_some_and(|g| g > 0.0))
+        .count();
+    assert!(learning >= 4, "only {learning} steps had a gradient");
+    assert_eq!(
+        a, b,
+        "rows after resuming differ from the uninterrupted run"
+    );
+}
+
+#[test]
+fn config_errors_name_the_key() {
+    let dir = temp_dir("config-errors");
+    let cfg = write_config(&dir, 2);
+    for (set, needle) in [
+        ("lr=-1", "`lr`"),
+        ("num_generations=1", "`num_generations`"),
+        ("bogus=1", "bogus"),
+        ("kl_estimator=\"k9\"", "estimator"),
+    ] {
+        let out = train_bin()
+            .args(["--config", cfg.to_str().unwrap(), "--set", set])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{set}: {err}");
+        assert!(err.contains(needle), "{set}: {err}");
+    }
+    let _ = Example::new(Prompt::Text("x".into()), "1");
+}

@@ -1,0 +1,211 @@
+//! GRPO / DAPO on GSM8K-style maths.
+//!
+//! With no arguments it trains the small model shipped in `examples/grpo_gsm8k/model/` on
+//! synthetic grade-school word problems, offline, in about ten minutes on two CPU cores, and
+//! shows held-out accuracy before and after. With `--model` / `--dataset` / `--device` it runs
+//! the real recipe (e.g. Qwen2.5-0.5B-Instruct on openai/gsm8k on a GPU); see README.md beside
+//! this file and docs/recipes.md.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Result;
+use atomrl_trainer::config::{load_args, Recipe};
+use atomrl_trainer::run::{print_summary, run_recipe};
+use clap::{Parser, ValueEnum};
+
+/// The folder of the embedded model (built by `cargo xtask tiny-model`).
+const EMBEDDED_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/grpo_gsm8k/model");
+
+/// The system prompt of the real recipe: asks for the answer format the rewards check.
+const FORMAT_PROMPT: &str =
+    "Solve the problem step by step. Write your reasoning inside <think>\n...\n</think> \
+and then the final number only inside <answer>\n...\n</answer>.";
+
+#[derive(Clone, Copy, ValueEnum)]
+enum RecipeArg {
+    Grpo,
+    Dapo,
+}
+
+/// Train a model to solve grade-school maths with GRPO or DAPO.
+///
+/// Without arguments: the embedded ~1M-parameter model on synthetic word problems, offline.
+#[derive(Parser)]
+#[command(
+    name = "grpo_gsm8k",
+    after_help = "Examples:\n  cargo run --release --example grpo_gsm8k\n  cargo run --release --example grpo_gsm8k -- --recipe dapo\n  cargo run --release --features cuda --example grpo_gsm8k -- --model Qwen/Qwen2.5-0.5B-Instruct --dataset openai/gsm8k --device cuda"
+)]
+struct Cli {
+    /// Model: a local Hugging Face folder or a hub id (default: the embedded tiny model).
+    #[arg(long)]
+    model: Option<String>,
+    /// Training data: a JSONL/parquet file, a hub dataset id (`openai/gsm8k`) or `synthetic`.
+    #[arg(long)]
+    dataset: Option<String>,
+    /// Held-out data (default: the dataset's test split; synthetic: its own held-out problems).
+    #[arg(long)]
+    eval_dataset: Option<String>,
+    /// GRPO or DAPO (clip-higher, token-level loss, dynamic sampling, overlong shaping).
+    #[arg(long, value_enum, default_value = "grpo")]
+    recipe: RecipeArg,
+    /// `cpu`, `cuda` or `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Where checkpoints, metrics, TensorBoard events and charts go.
+    #[arg(long, default_value = "runs/grpo_gsm8k")]
+    output_dir: PathBuf,
+    /// Optimizer steps (default: as many as fit the time budget of the embedded run, or the
+    /// recipe's for a real model).
+    #[arg(long)]
+    max_steps: Option<usize>,
+    /// Stop training after this many seconds (0 = no limit).
+    #[arg(long)]
+    time_budget_s: Option<f64>,
+    /// A TOML file of further options (any key of atomrl-train's configuration).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Override one option: `--set lr=2e-4 --set num_generations=16`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Continue from the latest checkpoint in the output folder.
+    #[arg(long)]
+    resume: bool,
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn quoted(key: &str, value: &str) -> String {
+    format!("{key}={value:?}")
+}
+
+/// Settings of the embedded run: tuned so the tiny model gains ≥ 20 points of held-out accuracy
+/// within ten minutes on two CPU cores (see examples/grpo_gsm8k/README.md for the measured run).
+fn embedded_defaults(recipe: RecipeArg) -> Vec<String> {
+    let mut s: Vec<String> = [
+        "eval_size=500",
+        "batch_size=16",
+        "num_generations=8",
+        "max_completion_length=64",
+        "max_prompt_length=128",
+        "temperature=1.0",
+        "lr=1e-4",
+        "beta=0.0",
+        "max_grad_norm=1.0",
+        "advantage_mode=\"grpo\"",
+        "loss_agg=\"token_mean\"",
+        "max_steps=1000",
+        "time_budget_s=480",
+        "eval_steps=0",
+        "save_steps=50",
+        "logging_steps=10",
+        "threads=1",
+        "rewards=[{name=\"correctness\", weight=1.0}, {name=\"hard_format\", weight=0.1}]",
+    ]
+    .map(String::from)
+    .to_vec();
+    if matches!(recipe, RecipeArg::Dapo) {
+        s.push("overlong_buffer_len=16".into());
+    }
+    s
+}
+
+/// Settings of the real recipe (GRPO/DAPO literature values for a 0.5B instruct model).
+fn real_defaults() -> Vec<String> {
+    [
+        "eval_size=1319",
+        "batch_size=16",
+        "num_generations=8",
+        "max_completion_length=512",
+        "max_prompt_length=256",
+        "temperature=1.0",
+        "lr=1e-6",
+        "beta=0.0",
+        "max_grad_norm=1.0",
+        "max_steps=500",
+        "save_steps=50",
+        "eval_steps=50",
+        "logging_steps=10",
+        "lr_scheduler=\"cosine\"",
+        "warmup_ratio=0.03",
+        "rewards=[{name=\"correctness\", weight=1.0}, {name=\"hard_format\", weight=0.1}]",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let embedded = cli.model.is_none();
+    let recipe = match cli.recipe {
+        RecipeArg::Grpo => Recipe::Grpo,
+        RecipeArg::Dapo => Recipe::Dapo,
+    };
+    let model = cli
+        .model
+        .clone()
+        .unwrap_or_else(|| EMBEDDED_MODEL.to_string());
+    if embedded
+        && !Path::new(EMBEDDED_MODEL)
+            .join("model.safetensors")
+            .is_file()
+    {
+        anyhow::bail!("the embedded model is missing from {EMBEDDED_MODEL}; build it with `cargo xtask tiny-model`");
+    }
+    let dataset = cli.dataset.clone().unwrap_or_else(|| {
+        if embedded {
+            "synthetic".into()
+        } else {
+            "openai/gsm8k".into()
+        }
+    });
+    let mut overrides = if embedded {
+        embedded_defaults(cli.recipe)
+    } else {
+        real_defaults()
+    };
+    overrides.push(quoted("model", &model));
+    overrides.push(quoted("dataset", &dataset));
+    let eval = cli.eval_dataset.clone().unwrap_or_else(|| dataset.clone());
+    overrides.push(quoted("eval_dataset", &eval));
+    overrides.push(quoted("device", &cli.device));
+    overrides.push(quoted("output_dir", &cli.output_dir.display().to_string()));
+    if !embedded {
+        overrides.push(quoted("system_prompt", FORMAT_PROMPT));
+    }
+    if let Some(n) = cli.max_steps {
+        overrides.push(format!("max_steps={n}"));
+        if cli.time_budget_s.is_none() {
+            overrides.push("time_budget_s=0".into());
+        }
+    }
+    if let Some(t) = cli.time_budget_s {
+        overrides.push(format!("time_budget_s={t}"));
+    }
+    if cli.resume {
+        overrides.push("resume=\"auto\"".into());
+    }
+    overrides.extend(cli.set);
+    let args = load_args(cli.config.as_deref(), Some(recipe), &overrides)?;
+    println!(
+        "AtomRL {} on {} ({}), data {}, {} prompts x {} completions per step, up to {} new tokens, lr {}",
+        format!("{recipe:?}").to_uppercase(),
+        if embedded { "the embedded tiny model" } else { &args.model },
+        args.device,
+        args.dataset,
+        args.batch_size,
+        args.num_generations,
+        args.max_completion_length,
+        args.lr
+    );
+    let summary = run_recipe(args)?;
+    print_summary(&summary);
+    Ok(())
+}
