@@ -174,6 +174,7 @@ fn safetensors_input_and_output() {
         "{adv:?}"
     );
     assert_eq!(tensors["num_flat_groups"].to_scalar::<i64>().unwrap(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

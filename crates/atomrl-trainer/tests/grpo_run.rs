@@ -24,11 +24,27 @@ fn model_dir() -> String {
     .to_string()
 }
 
-fn temp_dir(name: &str) -> PathBuf {
+/// A fresh folder, removed when the guard drops (at the end of the test, pass or fail).
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+fn temp_dir(name: &str) -> TempDir {
     let dir = std::env::temp_dir().join(format!("atomrl-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    TempDir(dir)
 }
 
 fn write_dataset(dir: &Path) -> PathBuf {

@@ -147,6 +147,7 @@ mod tests {
         assert_eq!(args.lr, 2e-5);
         assert_eq!(args.lora.as_ref().map(|l| (l.r, l.alpha)), Some((4, 16.0)));
         assert!(args.dynamic_sampling);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -176,5 +177,6 @@ mod tests {
         std::fs::write(&path, "model = \"m\"\nlr = = 3\n").unwrap();
         let e = load_args(Some(&path), None, &[]).unwrap_err().to_string();
         assert!(e.contains("bad.toml:2"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

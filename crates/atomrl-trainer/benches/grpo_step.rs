@@ -1,0 +1,104 @@
+//! Seconds per GRPO step and completions per second on the tiny random Qwen2 fixture
+//! (~107k parameters): G = 4, 8 completions per step, at most 32 new tokens — the setting in
+//! which TRL 1.16's GRPOTrainer does about 130 completions/s on an idle 2-core CPU.
+//!
+//! `cargo bench -p atomrl-trainer --bench grpo_step` (set RAYON_NUM_THREADS to compare thread
+//! counts). Prints the median over the measured steps after a warm-up.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Instant;
+
+use atomrl_model::CausalLm;
+use atomrl_reward::{FnReward, WeightedRewards};
+use atomrl_sample::ChatTokenizer;
+use atomrl_trainer::config::{load_args, GRPOArgs};
+use atomrl_trainer::data::{Example, Prompt};
+use atomrl_trainer::logging::read_metrics;
+use atomrl_trainer::Trainer;
+use candle_core::{DType, Device};
+
+fn main() {
+    let model_dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/reference/models/tiny-qwen2"
+    );
+    let out = std::env::temp_dir().join(format!("atomrl-bench-grpo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let steps = 60;
+    let overrides: Vec<String> = vec![
+        format!("model={model_dir:?}"),
+        "dataset=\"synthetic:512:0:1\"".into(),
+        format!("output_dir={:?}", out.display().to_string()),
+        format!("max_steps={steps}"),
+        "batch_size=2".into(),
+        "num_generations=4".into(),
+        "max_completion_length=32".into(),
+        "lr=1e-5".into(),
+        "save_steps=0".into(),
+        "logging_steps=0".into(),
+        "progress=false".into(),
+    ];
+    let args: GRPOArgs = load_args(None, None, &overrides).unwrap();
+    let model = CausalLm::from_hf_dir(model_dir, DType::F32, &Device::Cpu).unwrap();
+    let tokenizer = ChatTokenizer::from_hf_dir(model_dir).unwrap();
+    // A reward with spread, so that every step runs the full update.
+    let reward = FnReward::new("length", |c: &str, _ctx, _row| (c.len() % 5) as f32);
+    let rewards = WeightedRewards::new().with(reward, 1.0).unwrap();
+    let train: Vec<Example> = (0..512)
+        .map(|i| {
+            Example::new(
+                Prompt::Text(format!("What is {} plus {}?", i % 13, i % 7)),
+                "0",
+            )
+        })
+        .collect();
+    let started = Instant::now();
+    let mut trainer =
+        Trainer::with_data(args, model, tokenizer, rewards, train, Vec::new()).unwrap();
+    trainer.train().unwrap();
+    let total = started.elapsed().as_secs_f64();
+    let rows = read_metrics(out.join("metrics.jsonl")).unwrap();
+    let mut step_s: Vec<f64> = rows
+        .iter()
+        .skip(5)
+        .filter_map(|r| r.get("time/step_s"))
+        .collect();
+    step_s.sort_by(f64::total_cmp);
+    let median = step_s[step_s.len() / 2];
+    let tokens: f64 = rows
+        .iter()
+        .skip(5)
+        .filter_map(|r| {
+            r.get("throughput/tokens_per_s")
+                .zip(r.get("time/step_s"))
+                .map(|(t, s)| t * s)
+        })
+        .sum::<f64>()
+        / step_s.iter().sum::<f64>();
+    let gen: f64 = rows
+        .iter()
+        .skip(5)
+        .filter_map(|r| r.get("time/generate_s"))
+        .sum::<f64>()
+        / step_s.len() as f64;
+    let train_s: f64 = rows
+        .iter()
+        .skip(5)
+        .filter_map(|r| r.get("time/train_s"))
+        .sum::<f64>()
+        / step_s.len() as f64;
+    println!(
+        "grpo_step tiny-qwen2 (107k params), G=4, 8 completions/step, <=32 new tokens, threads={}: \
+         median {:.4} s/step, {:.0} completions/s, {:.0} completion tokens/s (generate {:.4} s, train {:.4} s per step; {} steps in {:.1} s)",
+        std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "default".into()),
+        median,
+        8.0 / median,
+        tokens,
+        gen,
+        train_s,
+        steps,
+        total
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
