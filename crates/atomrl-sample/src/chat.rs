@@ -16,7 +16,7 @@ use crate::rollout::{FinishReason, RolloutBatch};
 /// let m = atomrl_sample::ChatMessage::user("What is 2 + 2?");
 /// assert_eq!((m.role.as_str(), m.content.as_str()), ("user", "What is 2 + 2?"));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ChatMessage {
     /// `system`, `user`, `assistant`, ...
     pub role: String,

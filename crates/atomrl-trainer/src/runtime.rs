@@ -107,11 +107,16 @@ pub fn resolve_model_dir(model: &str) -> Result<PathBuf> {
 /// Loads the policy model of `args` (with fresh LoRA adapters when `[lora]` is set) and its
 /// tokenizer.
 ///
+/// The weights (master copy, gradients, optimizer state) are always f32; `args.dtype` sets
+/// the compute dtype of the forward and backward ([`CausalLm::set_compute_dtype`]), and
+/// `args.gradient_checkpointing` turns on [`CausalLm::set_gradient_checkpointing`].
+///
 /// # Errors
-/// Missing files, an unsupported architecture, bad LoRA settings.
+/// Missing files, an unsupported architecture, bad LoRA settings, an unknown dtype.
 pub fn load_policy(args: &GRPOArgs, device: &Device) -> Result<(CausalLm, ChatTokenizer)> {
     let dir = resolve_model_dir(&args.model)?;
-    let mut model = CausalLm::from_hf_dir(&dir, select_dtype(&args.dtype)?, device)?;
+    let compute = select_dtype(&args.dtype)?;
+    let mut model = CausalLm::from_hf_dir(&dir, DType::F32, device)?;
     if let Some(l) = &args.lora {
         let targets: Vec<&str> = l.target_modules.iter().map(String::as_str).collect();
         let config = LoraConfig::new(l.r, l.alpha)
@@ -119,6 +124,8 @@ pub fn load_policy(args: &GRPOArgs, device: &Device) -> Result<(CausalLm, ChatTo
             .with_dropout(l.dropout)?;
         model.add_lora(config, args.seed)?;
     }
+    model.set_compute_dtype(compute)?;
+    model.set_gradient_checkpointing(args.gradient_checkpointing);
     let tokenizer = ChatTokenizer::from_hf_dir(&dir)?;
     Ok((model, tokenizer))
 }

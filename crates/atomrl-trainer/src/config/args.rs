@@ -183,10 +183,19 @@ pub struct GRPOArgs {
     pub resume: String,
     /// LoRA adapters instead of full fine-tuning.
     pub lora: Option<LoraArgs>,
-    /// Training dtype of the master weights: `f32` (bf16 on CUDA with `--features cuda`).
+    /// Compute dtype of the forward and backward: `f32`, `bf16` or `f16`. The master weights,
+    /// their gradients and the optimizer state stay f32 whatever this says (mixed precision:
+    /// weights are cast to this dtype for each forward, see docs/cuda.md). `bf16` is the usual
+    /// choice on CUDA; on the CPU it saves memory but is not faster.
     pub dtype: String,
-    /// `cpu` or `cuda:N`.
+    /// `cpu`, `cuda` (GPU 0) or `cuda:N`. CUDA needs a build with `--features cuda`; without it,
+    /// or without a usable GPU, the run stops with an error saying so.
     pub device: String,
+    /// Gradient checkpointing: recompute each decoder layer's activations in backward instead
+    /// of keeping them (about a third more compute for much less activation memory). Not
+    /// supported together with LoRA dropout.
+    #[serde(default)]
+    pub gradient_checkpointing: bool,
     /// Compute threads (0 = as many as cores).
     pub threads: usize,
     /// Apply the tokenizer's chat template to prompts (false: prompts are already templated).
@@ -273,6 +282,7 @@ impl GRPOArgs {
             lora: None,
             dtype: "f32".into(),
             device: "cpu".into(),
+            gradient_checkpointing: false,
             threads: 0,
             chat_template: true,
             system_prompt: None,

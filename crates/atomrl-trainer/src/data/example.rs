@@ -6,36 +6,8 @@ use std::fmt;
 use atomrl_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 
-/// One chat message, as in the `messages` lists of chat datasets and chat templates.
-///
-/// ```
-/// use atomrl_trainer::data::ChatMessage;
-/// let m: ChatMessage = serde_json::from_str(r#"{"role": "user", "content": "2+2?"}"#)?;
-/// assert_eq!(m, ChatMessage::new("user", "2+2?"));
-/// # Ok::<(), serde_json::Error>(())
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ChatMessage {
-    /// `system`, `user`, `assistant` (or any role the chat template knows).
-    pub role: String,
-    /// The message text.
-    pub content: String,
-}
-
-impl ChatMessage {
-    /// A message with this role and content.
-    ///
-    /// ```
-    /// let m = atomrl_trainer::data::ChatMessage::new("system", "Be brief.");
-    /// assert_eq!((m.role.as_str(), m.content.as_str()), ("system", "Be brief."));
-    /// ```
-    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self {
-            role: role.into(),
-            content: content.into(),
-        }
-    }
-}
+/// One chat message (the sampler's type, re-exported: datasets and chat templates share it).
+pub use atomrl_sample::ChatMessage;
 
 /// A prompt: plain text (to be wrapped as one user message), or a list of chat messages.
 ///

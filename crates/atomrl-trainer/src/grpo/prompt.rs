@@ -34,12 +34,8 @@ impl PromptEncoder {
     /// Tokenizer or template failures.
     pub fn encode(&self, tokenizer: &ChatTokenizer, example: &Example) -> Result<EncodedPrompt> {
         let text = if self.chat_template && tokenizer.has_chat_template() {
-            let messages: Vec<ChatMessage> = example
-                .prompt
-                .to_messages(self.system_prompt.as_deref())
-                .into_iter()
-                .map(|m| ChatMessage::new(m.role, m.content))
-                .collect();
+            let messages: Vec<ChatMessage> =
+                example.prompt.to_messages(self.system_prompt.as_deref());
             tokenizer.apply_chat_template(&messages, true)?
         } else {
             match &example.prompt {
