@@ -4,8 +4,10 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::{model_dir, temp_dir, train_bin};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use atomrl_model::CausalLm;
 use atomrl_reward::{FnReward, WeightedRewards};
@@ -15,37 +17,6 @@ use atomrl_trainer::data::{Example, Prompt};
 use atomrl_trainer::logging::read_metrics;
 use atomrl_trainer::Trainer;
 use candle_core::{DType, Device};
-
-fn model_dir() -> String {
-    concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/fixtures/reference/models/tiny-qwen2"
-    )
-    .to_string()
-}
-
-/// A fresh folder, removed when the guard drops (at the end of the test, pass or fail).
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-impl std::ops::Deref for TempDir {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-fn temp_dir(name: &str) -> TempDir {
-    let dir = std::env::temp_dir().join(format!("atomrl-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    TempDir(dir)
-}
 
 fn write_dataset(dir: &Path) -> PathBuf {
     let path = dir.join("train.jsonl");
@@ -222,12 +193,6 @@ fn dynamic_sampling_drops_flat_groups_and_refills() {
         dropped > 0.0 && rounds > 3.0,
         "dropped {dropped}, rounds {rounds}"
     );
-}
-
-fn train_bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_atomrl-train"));
-    c.env("RAYON_NUM_THREADS", "1");
-    c
 }
 
 fn write_config(dir: &Path, max_steps: usize) -> PathBuf {

@@ -4,52 +4,13 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::{infer_bin, model_dir, temp_dir, train_bin};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use atomrl_trainer::data::{synthetic_splits, write_jsonl};
 use atomrl_trainer::logging::read_metrics;
-
-fn model_dir() -> String {
-    concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/fixtures/reference/models/tiny-qwen2"
-    )
-    .to_string()
-}
-
-/// A fresh folder, removed when the guard drops (at the end of the test, pass or fail).
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-impl std::ops::Deref for TempDir {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-fn temp_dir(name: &str) -> TempDir {
-    let dir = std::env::temp_dir().join(format!("atomrl-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    TempDir(dir)
-}
-
-fn bin(name: &str) -> Command {
-    let path = match name {
-        "train" => env!("CARGO_BIN_EXE_atomrl-train"),
-        _ => env!("CARGO_BIN_EXE_atomrl-infer"),
-    };
-    let mut c = Command::new(path);
-    c.env("RAYON_NUM_THREADS", "1");
-    c
-}
 
 fn sft_config(dir: &Path, steps: usize) -> PathBuf {
     let (train, eval) = synthetic_splits(256, 16, 7);
@@ -75,7 +36,7 @@ fn sft_config(dir: &Path, steps: usize) -> PathBuf {
 fn sft_lowers_the_held_out_loss_and_its_checkpoint_starts_grpo() {
     let dir = temp_dir("sft");
     let cfg = sft_config(&dir, 15);
-    let out = bin("train")
+    let out = train_bin()
         .args(["--config", cfg.to_str().unwrap()])
         .output()
         .unwrap();
@@ -95,7 +56,7 @@ fn sft_lowers_the_held_out_loss_and_its_checkpoint_starts_grpo() {
     assert!(ckpt.join("model.safetensors").is_file());
 
     // The SFT checkpoint is the model of a GRPO run ...
-    let grpo = bin("train")
+    let grpo = train_bin()
         .args(["--config", cfg.to_str().unwrap(), "--recipe", "grpo"])
         .args(["--set", &format!("model={:?}", ckpt.display().to_string())])
         .args([
@@ -121,7 +82,7 @@ fn sft_lowers_the_held_out_loss_and_its_checkpoint_starts_grpo() {
     );
     assert!(dir.join("grpo/checkpoint-2/model.safetensors").is_file());
     // ... and answers questions.
-    let infer = bin("infer")
+    let infer = infer_bin()
         .args([
             "--checkpoint",
             ckpt.to_str().unwrap(),
@@ -137,7 +98,7 @@ fn sft_lowers_the_held_out_loss_and_its_checkpoint_starts_grpo() {
         String::from_utf8_lossy(&infer.stderr)
     );
     let eval_file = dir.join("eval.jsonl");
-    let batch = bin("infer")
+    let batch = infer_bin()
         .args([
             "--checkpoint",
             ckpt.to_str().unwrap(),
@@ -155,20 +116,20 @@ fn sft_lowers_the_held_out_loss_and_its_checkpoint_starts_grpo() {
 fn a_killed_sft_run_resumes_exactly() {
     let straight = temp_dir("sft-straight");
     let cfg = sft_config(&straight, 8);
-    assert!(bin("train")
+    assert!(train_bin()
         .args(["--config", cfg.to_str().unwrap()])
         .status()
         .unwrap()
         .success());
     let killed = temp_dir("sft-killed");
     let cfg = sft_config(&killed, 8);
-    let status = bin("train")
+    let status = train_bin()
         .args(["--config", cfg.to_str().unwrap()])
         .env("ATOMRL_TEST_KILL_AFTER_STEP", "7")
         .status()
         .unwrap();
     assert!(!status.success());
-    assert!(bin("train")
+    assert!(train_bin()
         .args(["--config", cfg.to_str().unwrap(), "--resume"])
         .status()
         .unwrap()
