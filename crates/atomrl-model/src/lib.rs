@@ -31,6 +31,7 @@
 #![deny(missing_docs)]
 
 mod cache;
+mod checkpoint;
 mod config;
 mod hub;
 mod input;

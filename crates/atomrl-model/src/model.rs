@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use atomrl_core::{CandleContext, Error, Result};
 use candle_core::{DType, Device, Tensor, Var};
@@ -10,7 +11,7 @@ use candle_nn::VarMap;
 use crate::cache::KvCache;
 use crate::config::ModelConfig;
 use crate::input::{attention_bias, position_ids_from_mask, ForwardInput};
-use crate::linear::LoraAdapter;
+use crate::linear::{Linear, LoraAdapter};
 use crate::lora::LoraState;
 use crate::network::{Network, TensorSource};
 use crate::ops::rope_tables;
@@ -38,6 +39,10 @@ enum Mode {
 ///   are trainable and the base weights are frozen with no gradient work spent on them.
 /// - [`CausalLm::detached`] is an inference view on the same storage (for rollouts): nothing
 ///   it computes keeps a backward graph alive.
+/// - Mixed precision: [`CausalLm::set_compute_dtype`] runs the forward (and backward) in bf16
+///   or f16 while the variables — and so the gradients and the optimiser — stay in the master
+///   dtype (f32).
+/// - [`CausalLm::set_gradient_checkpointing`] recomputes each decoder layer in backward.
 ///
 /// ```
 /// use atomrl_model::{Architecture, CausalLm, ForwardInput, ModelConfig};
@@ -56,6 +61,9 @@ enum Mode {
 pub struct CausalLm {
     pub(crate) config: ModelConfig,
     pub(crate) dtype: DType,
+    compute_dtype: DType,
+    checkpoint: bool,
+    head_cache: HeadCache,
     pub(crate) device: Device,
     pub(crate) weights: VarMap,
     pub(crate) lora: Option<LoraState>,
@@ -70,6 +78,8 @@ impl std::fmt::Debug for CausalLm {
         f.debug_struct("CausalLm")
             .field("architecture", &self.config.architecture)
             .field("dtype", &self.dtype)
+            .field("compute_dtype", &self.compute_dtype)
+            .field("gradient_checkpointing", &self.checkpoint)
             .field("device", &self.device)
             .field("num_parameters", &self.num_parameters())
             .field("lora", &self.lora)
@@ -78,8 +88,34 @@ impl std::fmt::Debug for CausalLm {
     }
 }
 
+/// The LM head cast by the last training [`CausalLm::forward_hidden`], reused by
+/// [`CausalLm::logits`] (a chunked log-softmax calls it many times per forward). A clone of
+/// the model starts empty.
+#[derive(Default)]
+struct HeadCache(Arc<Mutex<Option<Linear>>>);
+
+impl Clone for HeadCache {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl HeadCache {
+    fn set(&self, head: Option<Linear>) {
+        if let Ok(mut slot) = self.0.lock() {
+            *slot = head;
+        }
+    }
+
+    fn get(&self) -> Option<Linear> {
+        self.0.lock().ok().and_then(|slot| slot.clone())
+    }
+}
+
 struct Source<'a> {
     weights: &'a HashMap<String, Var>,
+    /// The dtype frozen and detached tensors are cast to once, at build time.
+    compute: DType,
     lora: Option<&'a LoraState>,
     lora_vars: Option<&'a HashMap<String, Var>>,
     frozen: bool,
@@ -93,7 +129,7 @@ impl TensorSource for Source<'_> {
             .get(name)
             .ok_or_else(|| candle_core::Error::Msg(format!("missing tensor `{name}`")))?;
         Ok(if self.frozen || self.detached {
-            var.as_detached_tensor()
+            var.as_detached_tensor().to_dtype(self.compute)?
         } else {
             var.as_tensor().clone()
         })
@@ -119,12 +155,12 @@ impl TensorSource for Source<'_> {
             vars.get(n)
                 .map(|v| {
                     if self.detached {
-                        v.as_detached_tensor()
+                        v.as_detached_tensor().to_dtype(self.compute)
                     } else {
-                        v.as_tensor().clone()
+                        Ok(v.as_tensor().clone())
                     }
                 })
-                .ok_or_else(|| candle_core::Error::Msg(format!("missing LoRA tensor `{n}`")))
+                .ok_or_else(|| candle_core::Error::Msg(format!("missing LoRA tensor `{n}`")))?
         };
         Ok(Some(LoraAdapter {
             a: get(&a)?,
@@ -274,11 +310,14 @@ impl CausalLm {
         dtype: DType,
         device: &Device,
     ) -> Result<Self> {
-        let net = build_network(&config, &weights, lora.as_ref(), Mode::Train)?;
+        let net = build_network(&config, &weights, lora.as_ref(), Mode::Train, dtype, false)?;
         Ok(Self {
             net,
             config,
             dtype,
+            compute_dtype: dtype,
+            checkpoint: false,
+            head_cache: HeadCache::default(),
             device: device.clone(),
             weights,
             lora,
@@ -290,8 +329,102 @@ impl CausalLm {
 
     /// Rebuilds the network after the set of variables or the mode changed.
     pub(crate) fn rebuild(&mut self) -> Result<()> {
-        self.net = build_network(&self.config, &self.weights, self.lora.as_ref(), self.mode)?;
+        self.net = build_network(
+            &self.config,
+            &self.weights,
+            self.lora.as_ref(),
+            self.mode,
+            self.compute_dtype,
+            self.checkpoint,
+        )?;
+        self.head_cache.set(None);
         Ok(())
+    }
+
+    /// Sets the dtype the forward and backward compute in (mixed precision), leaving the
+    /// variables in their master dtype [`CausalLm::dtype`].
+    ///
+    /// With `bf16` (or `f16`) over f32 weights, each training forward casts the trainable
+    /// weights with a differentiable `to_dtype`, so activations are half precision and the
+    /// gradients arrive in f32 on the master variables (which the optimiser updates in f32).
+    /// The cast happens at the start of every [`CausalLm::forward_hidden`], so optimiser
+    /// updates are always seen; [`CausalLm::logits`] reuses the LM head cast by the last
+    /// `forward_hidden` (compute the hidden states again after updating the weights). Frozen
+    /// weights (the base under LoRA) and [`CausalLm::detached`] views are cast once, when
+    /// built: a detached view of a bf16 model is a snapshot of the weights. RMSNorm and the
+    /// attention softmax run in f32 internally; logits come out in the compute dtype
+    /// (`atomrl-logprob` upcasts them to f32).
+    ///
+    /// # Errors
+    /// [`Error::Value`] for a non-float dtype.
+    ///
+    /// ```
+    /// use atomrl_model::{Architecture, CausalLm, ForwardInput, ModelConfig};
+    /// use candle_core::{DType, Device, Tensor};
+    /// let c = ModelConfig::new(Architecture::Qwen2, 32, 16, 32, 1, 2, 1)?;
+    /// let mut m = CausalLm::from_config_random(c, 0, DType::F32, &Device::Cpu)?;
+    /// m.set_compute_dtype(DType::BF16)?;
+    /// let logits = m.forward(&ForwardInput::new(Tensor::new(&[[1u32, 2]], &Device::Cpu)?), None)?;
+    /// assert_eq!(logits.dtype(), DType::BF16);
+    /// let grads = logits.to_dtype(DType::F32)?.sqr()?.mean_all()?.backward()?;
+    /// let g = grads.get(m.trainable_vars()[0].as_tensor()).unwrap();
+    /// assert_eq!((m.dtype(), g.dtype()), (DType::F32, DType::F32));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_compute_dtype(&mut self, dtype: DType) -> Result<()> {
+        if !dtype.is_float() {
+            return Err(Error::value(
+                "CausalLm::set_compute_dtype",
+                "dtype",
+                "a float dtype (f32, bf16, f16, f64)",
+                format!("{dtype:?}"),
+            ));
+        }
+        self.compute_dtype = dtype;
+        self.rebuild()
+    }
+
+    /// The dtype the forward computes in (the master dtype unless
+    /// [`CausalLm::set_compute_dtype`] changed it).
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig};
+    /// # let c = ModelConfig::new(Architecture::Qwen2, 8, 4, 4, 1, 1, 1)?;
+    /// let m = CausalLm::from_config_random(c, 0, candle_core::DType::F32, &candle_core::Device::Cpu)?;
+    /// assert_eq!(m.compute_dtype(), candle_core::DType::F32);
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn compute_dtype(&self) -> DType {
+        self.compute_dtype
+    }
+
+    /// Gradient checkpointing: when on, a forward without a KV cache keeps only each decoder
+    /// layer's input and recomputes the layer's activations in backward (about one extra
+    /// forward of compute for activation memory ∝ layers × hidden instead of every
+    /// intermediate tensor). Gradients are unchanged. Not supported with LoRA dropout in
+    /// training mode (the forward then fails, saying so).
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig};
+    /// # let c = ModelConfig::new(Architecture::Qwen2, 8, 4, 4, 1, 1, 1)?;
+    /// let mut m = CausalLm::from_config_random(c, 0, candle_core::DType::F32, &candle_core::Device::Cpu)?;
+    /// m.set_gradient_checkpointing(true);
+    /// assert!(m.gradient_checkpointing());
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn set_gradient_checkpointing(&mut self, on: bool) {
+        self.checkpoint = on;
+        self.net.checkpoint = on;
+    }
+
+    /// Whether gradient checkpointing is on.
+    pub fn gradient_checkpointing(&self) -> bool {
+        self.checkpoint
+    }
+
+    /// Whether training forwards cast the weights to the compute dtype.
+    fn casts(&self) -> bool {
+        self.mode == Mode::Train && self.compute_dtype != self.dtype
     }
 
     /// The configuration.
@@ -307,7 +440,7 @@ impl CausalLm {
         &self.config
     }
 
-    /// The weights' dtype.
+    /// The weights' (master) dtype; see [`CausalLm::compute_dtype`] for the forward's.
     ///
     /// ```
     /// # use atomrl_model::{Architecture, CausalLm, ModelConfig};
@@ -455,7 +588,9 @@ impl CausalLm {
 
     /// An inference view sharing the weights' storage: every tensor is detached, so nothing it
     /// computes (KV caches included) keeps a backward graph alive. Optimiser updates of this
-    /// model are visible through the view.
+    /// model are visible through the view — except with a compute dtype other than the master
+    /// dtype ([`CausalLm::set_compute_dtype`]), where the view holds a cast copy made now (take
+    /// a new view after each update). A view of a view is the same view.
     ///
     /// ```
     /// # use atomrl_model::{Architecture, CausalLm, ModelConfig, ForwardInput};
@@ -468,6 +603,9 @@ impl CausalLm {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn detached(&self) -> Self {
+        if self.mode == Mode::Detached {
+            return self.clone();
+        }
         let mut view = self.clone();
         view.mode = Mode::Detached;
         view.train = false;
@@ -655,23 +793,31 @@ impl CausalLm {
                     .ctx(func)?
             }
         };
-        let bias = attention_bias(func, mask.as_ref(), n, l, past, self.dtype, &self.device)?;
+        let dtype = self.compute_dtype;
+        let bias = attention_bias(func, mask.as_ref(), n, l, past, dtype, &self.device)?;
         let (cos, sin) = rope_tables(
             &positions,
             self.config.head_dim,
             self.config.rope_theta,
-            self.dtype,
+            dtype,
         )
         .ctx(func)?;
-        self.net
-            .hidden(
-                &ids,
-                (&cos, &sin),
-                &bias,
-                cache.map(|c| &mut c.layers),
-                self.train,
-            )
-            .ctx(func)
+        let cast;
+        let net = if self.casts() {
+            cast = self.net.cast(dtype).ctx(func)?;
+            self.head_cache.set(Some(cast.head_cast(dtype).ctx(func)?));
+            &cast
+        } else {
+            &self.net
+        };
+        net.hidden(
+            &ids,
+            (&cos, &sin),
+            &bias,
+            cache.map(|c| &mut c.layers),
+            self.train,
+        )
+        .ctx(func)
     }
 
     /// Logits `[.., V]` from hidden states `[.., H]` (the LM head alone): lets callers compute
@@ -698,7 +844,16 @@ impl CausalLm {
                 hidden.dims(),
             ));
         }
-        self.net.logits(hidden).ctx(func)
+        if self.casts() {
+            let head = match self.head_cache.get() {
+                Some(head) => head,
+                None => self.net.head_cast(self.compute_dtype).ctx(func)?,
+            };
+            let hidden = hidden.to_dtype(self.compute_dtype).ctx(func)?;
+            return head.forward(&hidden, false).ctx(func);
+        }
+        let hidden = hidden.to_dtype(self.compute_dtype).ctx(func)?;
+        self.net.logits(&hidden).ctx(func)
     }
 
     /// Logits `[N, L, V]` of a (possibly padded) batch without a cache: shorthand for
@@ -732,6 +887,8 @@ fn build_network(
     weights: &VarMap,
     lora: Option<&LoraState>,
     mode: Mode,
+    compute: DType,
+    checkpoint: bool,
 ) -> Result<Network> {
     let func = "CausalLm::build";
     let poisoned = |arg: &str| Error::value(func, arg, "an unpoisoned lock", "poisoned");
@@ -742,12 +899,15 @@ fn build_network(
     };
     let src = Source {
         weights: &weights,
+        compute,
         lora,
         lora_vars: lora_guard.as_deref(),
         frozen: lora.is_some(),
         detached: mode == Mode::Detached,
     };
-    Network::build(config, &src).map_err(|e| Error::file(WEIGHTS_FILE, e))
+    let mut net = Network::build(config, &src).map_err(|e| Error::file(WEIGHTS_FILE, e))?;
+    net.checkpoint = checkpoint;
+    Ok(net)
 }
 
 /// Checks that every id of `ids` (u32) is below `vocab`, naming the first offender.

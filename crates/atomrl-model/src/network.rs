@@ -1,10 +1,10 @@
 //! The decoder network: attention, SwiGLU MLP, decoder layers, built from named tensors.
 
-use candle_core::{Result, Tensor};
+use candle_core::{DType, Result, Tensor};
 
 use crate::config::{Architecture, ModelConfig};
 use crate::input::AttentionBias;
-use crate::linear::{Linear, LoraAdapter};
+use crate::linear::{Linear, LoraAdapter, TensorFn};
 use crate::ops::{apply_rope, repeat_kv, rms_norm, softmax_last};
 
 /// Where the network's tensors come from: the base weight by HF name (already detached when
@@ -49,6 +49,18 @@ struct Attention {
 }
 
 impl Attention {
+    fn map(&self, f: &mut TensorFn<'_>) -> Result<Self> {
+        Ok(Self {
+            q: self.q.map(f)?,
+            k: self.k.map(f)?,
+            v: self.v.map(f)?,
+            o: self.o.map(f)?,
+            q_norm: self.q_norm.as_ref().map(&mut *f).transpose()?,
+            k_norm: self.k_norm.as_ref().map(&mut *f).transpose()?,
+            ..*self
+        })
+    }
+
     fn forward(
         &self,
         x: &Tensor,
@@ -98,6 +110,14 @@ struct Mlp {
 }
 
 impl Mlp {
+    fn map(&self, f: &mut TensorFn<'_>) -> Result<Self> {
+        Ok(Self {
+            gate: self.gate.map(f)?,
+            up: self.up.map(f)?,
+            down: self.down.map(f)?,
+        })
+    }
+
     fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
         let g = self.gate.forward(x, train)?.silu()?;
         let u = self.up.forward(x, train)?;
@@ -106,7 +126,7 @@ impl Mlp {
 }
 
 #[derive(Debug, Clone)]
-struct DecoderLayer {
+pub(crate) struct DecoderLayer {
     attn: Attention,
     mlp: Mlp,
     input_norm: Tensor,
@@ -115,7 +135,27 @@ struct DecoderLayer {
 }
 
 impl DecoderLayer {
-    fn forward(
+    /// The same layer with `f` applied to each tensor, in a fixed order.
+    pub fn map(&self, f: &mut TensorFn<'_>) -> Result<Self> {
+        Ok(Self {
+            attn: self.attn.map(f)?,
+            mlp: self.mlp.map(f)?,
+            input_norm: f(&self.input_norm)?,
+            post_attn_norm: f(&self.post_attn_norm)?,
+            eps: self.eps,
+        })
+    }
+
+    /// Whether some adapter of the layer applies dropout in training mode.
+    pub fn has_dropout(&self) -> bool {
+        let a = &self.attn;
+        let m = &self.mlp;
+        [&a.q, &a.k, &a.v, &a.o, &m.gate, &m.up, &m.down]
+            .iter()
+            .any(|l| l.has_dropout())
+    }
+
+    pub fn forward(
         &self,
         x: &Tensor,
         rope: (&Tensor, &Tensor),
@@ -139,6 +179,10 @@ pub(crate) struct Network {
     lm_head: Linear,
     eps: f64,
     hidden: usize,
+    /// Whether `lm_head` shares the embedding.
+    tied: bool,
+    /// Recompute each decoder layer in backward instead of keeping its activations.
+    pub checkpoint: bool,
 }
 
 impl Network {
@@ -199,7 +243,47 @@ impl Network {
             },
             eps: c.rms_norm_eps,
             hidden: c.hidden_size,
+            tied: c.tie_word_embeddings,
+            checkpoint: false,
         })
+    }
+
+    /// The same network with `f` applied to each tensor (a tied head follows the embedding).
+    pub fn map(&self, f: &mut TensorFn<'_>) -> Result<Self> {
+        let embed = f(&self.embed)?;
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| l.map(f))
+            .collect::<Result<Vec<_>>>()?;
+        let norm = f(&self.norm)?;
+        let lm_head = if self.tied {
+            Linear {
+                weight: embed.clone(),
+                ..self.lm_head.clone()
+            }
+        } else {
+            self.lm_head.map(f)?
+        };
+        Ok(Self {
+            embed,
+            layers,
+            norm,
+            lm_head,
+            ..*self
+        })
+    }
+
+    /// The network computing in `dtype`: each tensor cast with a differentiable `to_dtype`
+    /// (gradients reach the original tensors in their dtype); tensors already in `dtype` are
+    /// shared.
+    pub fn cast(&self, dtype: DType) -> Result<Self> {
+        self.map(&mut |t| t.to_dtype(dtype))
+    }
+
+    /// The LM head cast to `dtype` (see [`Network::cast`]).
+    pub fn head_cast(&self, dtype: DType) -> Result<Linear> {
+        self.lm_head.map(&mut |t| t.to_dtype(dtype))
     }
 
     /// Final-normed hidden states `[N, L, H]`.
@@ -218,7 +302,11 @@ impl Network {
                 .reshape((n, l, self.hidden))?;
         for (i, layer) in self.layers.iter().enumerate() {
             let slot = cache.as_deref_mut().map(|c| &mut c[i]);
-            x = layer.forward(&x, rope, bias, slot, train)?;
+            x = if self.checkpoint && slot.is_none() {
+                crate::checkpoint::forward(layer, &x, rope, bias, train)?
+            } else {
+                layer.forward(&x, rope, bias, slot, train)?
+            };
         }
         rms_norm(&x, &self.norm, self.eps)
     }
