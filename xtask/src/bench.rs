@@ -1,0 +1,450 @@
+//! `cargo xtask bench`: decode throughput, one GRPO training step and peak memory on a
+//! random-weight model of a given shape (no download: the GPU machine has no network).
+//!
+//! Decode: `atomrl_sample::generate_samples` (temperature 1, no stop token) on `B` random
+//! prompts of `--prompt-len` tokens, `--new-tokens` new tokens each; the prefill is timed
+//! separately (same call with one new token) so that decode tokens/s counts the cached steps
+//! only. The memory-bandwidth bound of a decode step is the bytes it must read (every weight
+//! once, in the compute dtype, plus the KV cache at the mean context length) over the HBM
+//! bandwidth; the table shows the fraction of it reached.
+//!
+//! Training: one GRPO step on `--train-rows` completions of `--completion-len` tokens after a
+//! `--prompt-len` prompt, in micro-batches of `--micro-batch` rows: forward and backward
+//! through `atomrl_logprob::get_action_log_probs` and `atomrl_loss::compute_policy_loss`
+//! (gradients summed over micro-batches), global-norm clipping and the trainer's AdamW on f32
+//! master weights. One untimed warm-up step first.
+//!
+//! Memory: on CUDA the process's GPU memory as `nvidia-smi` reports it (the whole GPU's used
+//! memory where the container hides process ids), polled every 50 ms; on the CPU the resident
+//! set size. Both are peaks over each measured phase, so they include candle's cached blocks.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use atomrl_loss::{compute_policy_loss, AggOptions, PolicyLossOptions};
+use atomrl_model::{Architecture, CausalLm, ModelConfig};
+use atomrl_sample::{generate_samples, SamplingParams};
+use atomrl_trainer::optim::{AdamW, AdamWConfig, Gradients};
+use candle_core::{DType, Device, Tensor};
+use serde_json::{json, Value};
+
+/// Options of `cargo xtask bench`.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// `cpu`, `cuda` or `cuda:N` (CUDA needs `--features cuda`).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Model shape: `tiny` (0.1 M parameters), `4m` (3.7 M, the shape of bench_hf_generate.py) or
+    /// `qwen2.5-0.5b` (494 M).
+    #[arg(long, default_value = "tiny")]
+    pub shape: String,
+    /// Compute dtypes to measure (master weights are always f32).
+    #[arg(long, value_delimiter = ',', default_value = "f32,bf16")]
+    pub dtypes: Vec<String>,
+    /// Decode batch sizes.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64,256")]
+    pub batches: Vec<usize>,
+    /// Prompt tokens (decode and training).
+    #[arg(long, default_value_t = 64)]
+    pub prompt_len: usize,
+    /// New tokens per decode row.
+    #[arg(long, default_value_t = 128)]
+    pub new_tokens: usize,
+    /// Completions in the training step.
+    #[arg(long, default_value_t = 64)]
+    pub train_rows: usize,
+    /// Completion tokens per training row.
+    #[arg(long, default_value_t = 256)]
+    pub completion_len: usize,
+    /// Rows per micro-batch of the training step.
+    #[arg(long, default_value_t = 8)]
+    pub micro_batch: usize,
+    /// Recompute decoder layers in backward (gradient checkpointing).
+    #[arg(long)]
+    pub gradient_checkpointing: bool,
+    /// Memory bandwidth in GB/s for the decode bound (default: 3350, an H100 SXM's HBM3, on
+    /// CUDA; 20 on the CPU).
+    #[arg(long)]
+    pub bandwidth_gbs: Option<f64>,
+    /// Skip the decode measurements.
+    #[arg(long)]
+    pub skip_decode: bool,
+    /// Skip the training step.
+    #[arg(long)]
+    pub skip_train: bool,
+    /// Also write the figures as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// The configuration of a named shape.
+pub fn shape_config(shape: &str) -> Result<ModelConfig> {
+    let (vocab, hidden, inter, layers, heads, kv) = match shape {
+        "tiny" => (512, 64, 128, 2, 4, 2),
+        "4m" => (2048, 256, 768, 4, 4, 2),
+        "qwen2.5-0.5b" => (151_936, 896, 4864, 24, 14, 2),
+        other => bail!("unknown --shape {other}: tiny, 4m or qwen2.5-0.5b"),
+    };
+    let mut c = ModelConfig::new(Architecture::Qwen2, vocab, hidden, inter, layers, heads, kv)?;
+    c.tie_word_embeddings = true;
+    c.qkv_bias = true;
+    if shape == "qwen2.5-0.5b" {
+        c.rope_theta = 1_000_000.0;
+        c.max_position_embeddings = 32_768;
+    }
+    Ok(c)
+}
+
+fn select_dtype(name: &str) -> Result<DType> {
+    Ok(atomrl_trainer::runtime::select_dtype(name)?)
+}
+
+/// Bytes one decode step must read at batch `b`: every weight once (a tied embedding counts
+/// once, as the LM head) plus the KV cache at `ctx` positions.
+pub fn decode_step_bytes(c: &ModelConfig, dtype: DType, b: usize, ctx: usize) -> f64 {
+    let size = dtype.size_in_bytes() as f64;
+    let kv = c.num_hidden_layers * 2 * c.num_key_value_heads * c.head_dim * ctx * b;
+    (c.num_parameters() as f64 + kv as f64) * size
+}
+
+/// Polls a memory reading (bytes) in the background and keeps the peak.
+struct PeakMemory {
+    peak: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    handle: Option<thread::JoinHandle<()>>,
+}
+
+impl PeakMemory {
+    fn start(device: &Device) -> Self {
+        let peak = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let gpu = match device.location() {
+            candle_core::DeviceLocation::Cuda { gpu_id } => Some(gpu_id),
+            _ => None,
+        };
+        let (p, s) = (peak.clone(), stop.clone());
+        let handle = thread::spawn(move || loop {
+            let now = match gpu {
+                Some(id) => gpu_memory(id).unwrap_or(0),
+                None => rss_bytes().unwrap_or(0),
+            };
+            p.fetch_max(now, Ordering::Relaxed);
+            if s.load(Ordering::Relaxed) {
+                break;
+            }
+            thread::sleep(Duration::from_millis(50));
+        });
+        Self {
+            peak,
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// The peak in bytes since `start`.
+    fn finish(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+/// The resident set size of this process.
+fn rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+/// GPU memory of this process on GPU `id` (the whole GPU's used memory when `nvidia-smi`
+/// does not list the process, as in many containers).
+fn gpu_memory(id: usize) -> Option<u64> {
+    let smi = |args: &[&str]| -> Option<String> {
+        let out = Command::new("nvidia-smi").args(args).output().ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let id = id.to_string();
+    let pid = std::process::id().to_string();
+    if let Some(apps) = smi(&[
+        "-i",
+        &id,
+        "--query-compute-apps=pid,used_memory",
+        "--format=csv,noheader,nounits",
+    ]) {
+        for line in apps.lines() {
+            let mut f = line.split(',').map(str::trim);
+            if f.next() == Some(pid.as_str()) {
+                let mib: u64 = f.next()?.parse().ok()?;
+                return Some(mib << 20);
+            }
+        }
+    }
+    let used = smi(&[
+        "-i",
+        &id,
+        "--query-gpu=memory.used",
+        "--format=csv,noheader,nounits",
+    ])?;
+    let mib: u64 = used.trim().parse().ok()?;
+    Some(mib << 20)
+}
+
+/// Deterministic token ids in `[1, vocab)`.
+fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            1 + (s % (vocab as u64 - 1)) as u32
+        })
+        .collect()
+}
+
+fn model(c: &ModelConfig, dtype: DType, ckpt: bool, device: &Device) -> Result<CausalLm> {
+    let mut m = CausalLm::from_config_random(c.clone(), 0, DType::F32, device)?;
+    m.set_compute_dtype(dtype)?;
+    m.set_gradient_checkpointing(ckpt);
+    Ok(m)
+}
+
+/// Seconds of `generate_samples` for `b` prompts and `new` new tokens.
+fn time_generate(m: &CausalLm, a: &BenchArgs, b: usize, new: usize, dev: &Device) -> Result<f64> {
+    let vocab = m.config().vocab_size;
+    let prompts: Vec<Vec<u32>> = (0..b)
+        .map(|i| tokens(a.prompt_len, vocab, i as u64 + 1))
+        .collect();
+    let params = SamplingParams {
+        num_generations: 1,
+        max_new_tokens: new,
+        temperature: 1.0,
+        seed: 7,
+        ..Default::default()
+    };
+    dev.synchronize()?;
+    let t = Instant::now();
+    let out = generate_samples(m, &prompts, &params, None)?;
+    dev.synchronize()?;
+    let secs = t.elapsed().as_secs_f64();
+    if out.num_generated_tokens != b * new {
+        bail!(
+            "generated {} tokens, expected {}",
+            out.num_generated_tokens,
+            b * new
+        );
+    }
+    Ok(secs)
+}
+
+/// Decode figures of one batch size.
+fn decode(m: &CausalLm, a: &BenchArgs, b: usize, bandwidth: f64, dev: &Device) -> Result<Value> {
+    let mem = PeakMemory::start(dev);
+    // Warm-up (kernels, allocator), then the prefill alone, then prefill + decode.
+    time_generate(m, a, b, 2, dev)?;
+    let prefill = time_generate(m, a, b, 1, dev)?;
+    let total = time_generate(m, a, b, a.new_tokens, dev)?;
+    let peak = mem.finish();
+    let steps = a.new_tokens.saturating_sub(1).max(1);
+    let decode_secs = (total - prefill).max(1e-9);
+    let tok_s = (b * steps) as f64 / decode_secs;
+    let ctx = a.prompt_len + a.new_tokens / 2;
+    let bound_step = decode_step_bytes(m.config(), m.compute_dtype(), b, ctx) / bandwidth;
+    let bound_tok_s = b as f64 / bound_step;
+    Ok(json!({
+        "batch": b,
+        "prefill_s": prefill,
+        "total_s": total,
+        "decode_tokens_per_s": tok_s,
+        "decode_ms_per_step": 1e3 * decode_secs / steps as f64,
+        "bound_tokens_per_s": bound_tok_s,
+        "fraction_of_bound": tok_s / bound_tok_s,
+        "peak_memory_bytes": peak,
+    }))
+}
+
+/// One GRPO optimizer step (forward + backward over micro-batches, clipping, AdamW).
+fn train_step(
+    m: &CausalLm,
+    opt: &mut AdamW,
+    batch: &(Tensor, Tensor, Tensor, Tensor),
+    a: &BenchArgs,
+) -> Result<f64> {
+    let (ids, mask, completion_mask, adv) = batch;
+    let rows = ids.dim(0)?;
+    let params: Vec<(String, candle_core::Var)> = opt.params().to_vec();
+    let opts = PolicyLossOptions {
+        agg: AggOptions {
+            global_tokens: Some((rows * a.completion_len) as f64),
+            global_seqs: Some(rows as f64),
+            ..AggOptions::default()
+        },
+        ..PolicyLossOptions::default()
+    };
+    let mut grads = Gradients::new();
+    let mut loss_sum = 0.0;
+    let mut start = 0;
+    while start < rows {
+        let len = a.micro_batch.min(rows - start);
+        let lp = atomrl_logprob::get_action_log_probs(
+            m,
+            &ids.narrow(0, start, len)?,
+            &mask.narrow(0, start, len)?,
+            a.completion_len,
+            1.0,
+            false,
+        )?
+        .log_probs;
+        let out = compute_policy_loss(
+            &lp,
+            &lp.detach(),
+            &adv.narrow(0, start, len)?,
+            &completion_mask.narrow(0, start, len)?,
+            &opts,
+        )?;
+        loss_sum += out.loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+        grads.accumulate(&out.loss.backward()?, &params)?;
+        start += len;
+    }
+    grads.clip_global_norm(1.0)?;
+    opt.step(&|name| grads.get(name), 1e-6)?;
+    Ok(loss_sum)
+}
+
+/// Training-step figures of one dtype.
+fn train(m: &CausalLm, a: &BenchArgs, dev: &Device) -> Result<Value> {
+    let vocab = m.config().vocab_size;
+    let (rows, l) = (a.train_rows, a.prompt_len + a.completion_len);
+    let ids = Tensor::from_vec(tokens(rows * l, vocab, 99), (rows, l), dev)?;
+    let mask = Tensor::ones((rows, l), DType::U32, dev)?;
+    let completion_mask = Tensor::ones((rows, a.completion_len), DType::F32, dev)?;
+    let adv: Vec<f32> = (0..rows)
+        .map(|i| if i % 2 == 0 { 1.0 } else { -1.0 })
+        .collect();
+    let adv = Tensor::from_vec(adv, rows, dev)?;
+    let batch = (ids, mask, completion_mask, adv);
+    let mut opt = AdamW::new(m.named_vars(), AdamWConfig::default())?;
+    let mem = PeakMemory::start(dev);
+    train_step(m, &mut opt, &batch, a)?; // warm-up
+    dev.synchronize()?;
+    let t = Instant::now();
+    let loss = train_step(m, &mut opt, &batch, a)?;
+    dev.synchronize()?;
+    let secs = t.elapsed().as_secs_f64();
+    let peak = mem.finish();
+    if !loss.is_finite() {
+        bail!("non-finite loss {loss}");
+    }
+    let tokens = (rows * l) as f64;
+    Ok(json!({
+        "rows": rows,
+        "seq_len": l,
+        "micro_batch": a.micro_batch,
+        "step_s": secs,
+        "tokens_per_s": tokens / secs,
+        "loss": loss,
+        "peak_memory_bytes": peak,
+    }))
+}
+
+fn gib(bytes: &Value) -> String {
+    format!("{:.2}", bytes.as_f64().unwrap_or(0.0) / (1u64 << 30) as f64)
+}
+
+/// Runs the benchmark and prints the table (and writes `--json`).
+pub fn run(a: &BenchArgs) -> Result<()> {
+    let device = atomrl_trainer::runtime::select_device(&a.device)?;
+    let config = shape_config(&a.shape)?;
+    let bandwidth = 1e9
+        * a.bandwidth_gbs
+            .unwrap_or(if device.is_cuda() { 3350.0 } else { 20.0 });
+    let mem_kind = if device.is_cuda() {
+        "GPU memory (nvidia-smi)"
+    } else {
+        "RSS"
+    };
+    println!(
+        "AtomRL bench: shape {} ({:.1} M parameters), device {}, prompt {}, decode {} new \
+         tokens, train {} × {} in micro-batches of {}{}; bandwidth bound at {:.0} GB/s; memory = \
+         peak {mem_kind}",
+        a.shape,
+        config.num_parameters() as f64 / 1e6,
+        a.device,
+        a.prompt_len,
+        a.new_tokens,
+        a.train_rows,
+        a.completion_len,
+        a.micro_batch,
+        if a.gradient_checkpointing {
+            ", gradient checkpointing"
+        } else {
+            ""
+        },
+        bandwidth / 1e9,
+    );
+    let mut results = Vec::new();
+    for name in &a.dtypes {
+        let dtype = select_dtype(name)?;
+        let m = model(&config, dtype, a.gradient_checkpointing, &device)
+            .with_context(|| format!("building the {name} model"))?;
+        let mut decode_rows = Vec::new();
+        if !a.skip_decode {
+            for &b in &a.batches {
+                let r = decode(&m, a, b, bandwidth, &device)
+                    .with_context(|| format!("decode {name} batch {b}"))?;
+                println!(
+                    "decode {name:>4} batch {b:>4}: {:>10.1} tok/s  {:>8.2} ms/step  \
+                     prefill {:>7.3} s  bound {:>10.1} tok/s ({:>5.1}%)  peak {} GiB",
+                    r["decode_tokens_per_s"].as_f64().unwrap_or(0.0),
+                    r["decode_ms_per_step"].as_f64().unwrap_or(0.0),
+                    r["prefill_s"].as_f64().unwrap_or(0.0),
+                    r["bound_tokens_per_s"].as_f64().unwrap_or(0.0),
+                    100.0 * r["fraction_of_bound"].as_f64().unwrap_or(0.0),
+                    gib(&r["peak_memory_bytes"]),
+                );
+                decode_rows.push(r);
+            }
+        }
+        let train_row = if a.skip_train {
+            Value::Null
+        } else {
+            let r = train(&m, a, &device).with_context(|| format!("training step {name}"))?;
+            println!(
+                "train  {name:>4} {} × {}: {:>8.3} s/step  {:>10.1} tok/s  peak {} GiB",
+                a.train_rows,
+                a.prompt_len + a.completion_len,
+                r["step_s"].as_f64().unwrap_or(0.0),
+                r["tokens_per_s"].as_f64().unwrap_or(0.0),
+                gib(&r["peak_memory_bytes"]),
+            );
+            r
+        };
+        results.push(json!({"dtype": name, "decode": decode_rows, "train": train_row}));
+    }
+    if let Some(path) = &a.json {
+        let doc = json!({
+            "framework": "atomrl-candle",
+            "shape": a.shape,
+            "device": a.device,
+            "num_parameters": config.num_parameters(),
+            "prompt_len": a.prompt_len,
+            "new_tokens": a.new_tokens,
+            "bandwidth_gbs": bandwidth / 1e9,
+            "gradient_checkpointing": a.gradient_checkpointing,
+            "results": results,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
