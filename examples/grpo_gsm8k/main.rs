@@ -74,6 +74,7 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
+    atomrl_trainer::runtime::tune_allocator();
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -75,6 +75,26 @@ pub fn select_dtype(dtype: &str) -> Result<DType> {
     }
 }
 
+/// Keeps freed tensor buffers in the process instead of returning them to the OS.
+///
+/// Candle allocates a new buffer for every tensor op; glibc serves large ones with mmap and
+/// unmaps them on free, and trims the heap, so each op page-faults its output in again. On a
+/// 2-core machine this was ~25% of a training step of a 1M-parameter model; with buffers up to
+/// 32 MiB kept in the heap and trimming off, forward + backward ran ~1.7x faster. Call once at
+/// the start of `main`; a no-op on platforms other than Linux with glibc.
+pub fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[allow(unsafe_code)]
+    {
+        // SAFETY: mallopt only changes allocator parameters; it is called before any other
+        // thread exists, with valid option constants and values.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+        }
+    }
+}
+
 /// Sets the number of CPU compute threads (candle reads `RAYON_NUM_THREADS` when its thread
 /// pool starts); 0 leaves the default (all cores). Call before any tensor work.
 pub fn set_threads(threads: usize) {

@@ -50,6 +50,7 @@ fn parse_recipe(s: &str) -> Result<Recipe, String> {
 }
 
 fn main() -> ExitCode {
+    atomrl_trainer::runtime::tune_allocator();
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
