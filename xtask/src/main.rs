@@ -5,6 +5,9 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+mod bench;
+mod tiny_model;
+
 #[derive(Parser)]
 #[command(name = "xtask", about = "AtomRL development tasks")]
 struct Cli {
@@ -18,6 +21,10 @@ enum Task {
     Check,
     /// Check that the light atomic crates do not pull in heavy or CLI dependencies.
     Deps,
+    /// Build the embedded tiny model of the `grpo_gsm8k` example (tokenizer + SFT), reproducibly.
+    TinyModel(tiny_model::TinyModelArgs),
+    /// Decode tokens/s, one GRPO step and peak memory on a random-weight model (docs/cuda.md).
+    Bench(bench::BenchArgs),
 }
 
 /// Crates users `cargo add` for one piece: they must stay light.
@@ -41,6 +48,8 @@ fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Check => check(),
         Task::Deps => deps(),
+        Task::TinyModel(args) => tiny_model::run(&args),
+        Task::Bench(args) => bench::run(&args),
     }
 }
 
