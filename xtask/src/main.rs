@@ -45,6 +45,7 @@ const FORBIDDEN: [&str; 5] = [
 ];
 
 fn main() -> Result<()> {
+    atomrl_trainer::runtime::tune_allocator();
     match Cli::parse().task {
         Task::Check => check(),
         Task::Deps => deps(),

@@ -96,3 +96,97 @@ fn micro_batches_sum_to_the_full_batch() {
         assert!(norm1 > 0.0);
     }
 }
+
+/// Rows with an advantage of exactly 0 are skipped (β = 0, no entropy bonus): the loss and the
+/// gradient norm still equal those of the whole batch computed directly.
+#[test]
+fn skipping_zero_advantage_rows_is_exact() {
+    use atomrl_logprob::get_action_log_probs;
+    use atomrl_loss::{compute_policy_loss, AggOptions, LossAgg, PolicyLossOptions};
+    use atomrl_trainer::optim::Gradients;
+
+    let prompts: Vec<Vec<u32>> = (0..6)
+        .map(|i| {
+            (0..(2 + i % 3))
+                .map(|j| ((i * 7 + j * 3) % 31 + 1) as u32)
+                .collect()
+        })
+        .collect();
+    let completions: Vec<Vec<u32>> = (0..6)
+        .map(|i| {
+            (0..(2 + (i * 5) % 5))
+                .map(|j| ((i * 11 + j * 5) % 31 + 1) as u32)
+                .collect()
+        })
+        .collect();
+    let rows: Vec<(&[u32], &[u32])> = prompts
+        .iter()
+        .zip(&completions)
+        .map(|(p, c)| (p.as_slice(), c.as_slice()))
+        .collect();
+    let adv = [0.9f32, 0.0, 1.3, -1.1, 0.0, -0.9];
+    let batch = TrainingBatch::build(&rows, &adv, &[true; 6], 0, &Device::Cpu).unwrap();
+    for agg in ["token_mean", "seq_mean_token_mean"] {
+        // Direct: the whole batch through the loss, no skipping.
+        let m = model();
+        let lp = get_action_log_probs(
+            &m,
+            &batch.input_ids,
+            &batch.attention_mask,
+            batch.completion_len,
+            1.0,
+            false,
+        )
+        .unwrap()
+        .log_probs;
+        let opts = PolicyLossOptions {
+            agg: AggOptions {
+                mode: agg.parse::<LossAgg>().unwrap(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let out = compute_policy_loss(
+            &lp,
+            &lp.detach(),
+            &batch.advantages,
+            &batch.completion_mask,
+            &opts,
+        )
+        .unwrap();
+        let mut grads = Gradients::new();
+        grads
+            .accumulate(&out.loss.backward().unwrap(), &m.named_vars())
+            .unwrap();
+        let (loss, norm) = (
+            out.loss.to_scalar::<f32>().unwrap() as f64,
+            grads.global_norm().unwrap(),
+        );
+        // Trainer path: rows 1 and 4 are skipped.
+        let m = model();
+        let args = GRPOArgs {
+            loss_agg: agg.into(),
+            max_grad_norm: 0.0,
+            ..GRPOArgs::preset(Recipe::Grpo)
+        };
+        let params = m.named_vars();
+        let mut opt = AdamW::new(params.clone(), AdamWConfig::default()).unwrap();
+        let ctx = UpdateContext {
+            model: &m,
+            reference: None,
+            params: &params,
+            args: &args,
+        };
+        let stats = policy_update(&ctx, &mut opt, &batch, 1e-2, false).unwrap();
+        assert!(
+            (stats.loss - loss).abs() <= 1e-5 * loss.abs().max(1e-3),
+            "{agg}: loss {} vs {loss}",
+            stats.loss
+        );
+        assert!(
+            (stats.grad_norm - norm).abs() <= 1e-4 * norm,
+            "{agg}: grad norm {} vs {norm}",
+            stats.grad_norm
+        );
+    }
+}

@@ -81,6 +81,22 @@ impl TrainingBatch {
         })
     }
 
+    /// The rows at `indices` (in that order) of every tensor.
+    ///
+    /// # Errors
+    /// An index out of range.
+    pub fn select(&self, indices: &[u32]) -> Result<Self> {
+        let func = "TrainingBatch::select";
+        let idx = Tensor::new(indices, self.input_ids.device()).ctx(func)?;
+        Ok(Self {
+            input_ids: self.input_ids.index_select(&idx, 0).ctx(func)?,
+            attention_mask: self.attention_mask.index_select(&idx, 0).ctx(func)?,
+            completion_mask: self.completion_mask.index_select(&idx, 0).ctx(func)?,
+            advantages: self.advantages.index_select(&idx, 0).ctx(func)?,
+            completion_len: self.completion_len,
+        })
+    }
+
     /// Number of rows `R`.
     pub fn num_rows(&self) -> usize {
         self.advantages.dims().first().copied().unwrap_or(0)

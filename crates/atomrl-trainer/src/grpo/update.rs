@@ -120,7 +120,6 @@ pub fn policy_update(
     let func = "update";
     let a = ctx.args;
     let rows = batch.num_rows();
-    let micro = rows.div_ceil(a.gradient_accumulation_steps.max(1)).max(1);
     let total_tokens = scalar(&batch.completion_mask.sum_all().ctx(func)?)?;
     let mut stats = UpdateStats {
         kl: f64::NAN,
@@ -147,6 +146,27 @@ pub fn policy_update(
         agg,
     };
     let estimator = KlEstimator::from_str(&a.kl_estimator)?;
+    // With no KL and no entropy term, a row whose advantage is exactly 0 has a per-token loss of
+    // exactly 0 and no gradient: skipping its forward and backward changes nothing (its tokens
+    // stay in the global normaliser above) and saves the compute of every flat group.
+    let skipped_rows;
+    let batch = if a.beta == 0.0 && a.entropy_coef == 0.0 {
+        let adv: Vec<f32> = batch.advantages.to_vec1().ctx(func)?;
+        let keep: Vec<u32> = (0..rows as u32)
+            .filter(|&i| adv[i as usize] != 0.0)
+            .collect();
+        if keep.is_empty() {
+            return Ok(stats); // every group is flat: nothing to learn this step
+        }
+        skipped_rows = batch.select(&keep)?;
+        &skipped_rows
+    } else {
+        batch
+    };
+    let micro = batch
+        .num_rows()
+        .div_ceil(a.gradient_accumulation_steps.max(1))
+        .max(1);
     let old = if a.num_iterations > 1 {
         Some(detached_log_probs(ctx.model, batch, micro, a.temperature)?)
     } else {
