@@ -89,7 +89,7 @@ impl Trainer {
     /// An empty training set, optimizer allocation, a reference model that cannot be loaded.
     pub fn with_data(
         args: GRPOArgs,
-        model: CausalLm,
+        mut model: CausalLm,
         tokenizer: ChatTokenizer,
         rewards: WeightedRewards,
         train_set: Vec<Example>,
@@ -103,6 +103,7 @@ impl Trainer {
                 0,
             ));
         }
+        model.set_gradient_checkpointing(args.gradient_checkpointing);
         let params = if model.lora_config().is_some() {
             model.lora_vars()
         } else {
@@ -120,7 +121,10 @@ impl Trainer {
         // β = 0 holds no reference model at all; otherwise a frozen copy of the initial weights.
         let reference = if args.beta > 0.0 {
             let dir = crate::runtime::resolve_model_dir(&args.model)?;
-            Some(CausalLm::from_hf_dir(dir, model.dtype(), model.device())?)
+            // Same master dtype and compute dtype as the policy, so the KL at step 1 is 0.
+            let mut reference = CausalLm::from_hf_dir(dir, model.dtype(), model.device())?;
+            reference.set_compute_dtype(model.compute_dtype())?;
+            Some(reference)
         } else {
             None
         };
