@@ -104,7 +104,7 @@ fn embedded_defaults(recipe: RecipeArg) -> Vec<String> {
         "advantage_mode=\"grpo\"",
         "loss_agg=\"token_mean\"",
         "max_steps=1000",
-        "time_budget_s=480",
+        "time_budget_s=540",
         "eval_steps=0",
         "save_steps=50",
         "logging_steps=10",
