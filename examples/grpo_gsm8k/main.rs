@@ -2,7 +2,7 @@
 //!
 //! With no arguments it trains the small model shipped in `examples/grpo_gsm8k/model/` on
 //! synthetic grade-school word problems, offline, in about ten minutes on two CPU cores, and
-//! shows held-out accuracy before and after. With `--model` / `--dataset` / `--device` it runs
+//! shows held-out accuracy before and after (measured: 18.6% -> 23.8%). With `--model` / `--dataset` / `--device` it runs
 //! the real recipe (e.g. Qwen2.5-0.5B-Instruct on openai/gsm8k on a GPU); see README.md beside
 //! this file and docs/recipes.md.
 
@@ -88,8 +88,9 @@ fn quoted(key: &str, value: &str) -> String {
     format!("{key}={value:?}")
 }
 
-/// Settings of the embedded run: tuned so the tiny model gains ≥ 20 points of held-out accuracy
-/// within ten minutes on two CPU cores (see examples/grpo_gsm8k/README.md for the measured run).
+/// Settings of the embedded run: a 540 s training budget so the whole run fits in ten minutes on
+/// two CPU cores. Measured: 18.6% -> 23.8% held-out greedy accuracy (+5.2 points) in 545 s;
+/// the bar is +20 points (lr 3e-4 collapsed; DAPO refills cost 3-4 s a step).
 fn embedded_defaults(recipe: RecipeArg) -> Vec<String> {
     let mut s: Vec<String> = [
         "eval_size=500",
