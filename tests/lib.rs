@@ -1,4 +1,2 @@
 //! Helpers for AtomRL's cross-crate integration tests (see the `[[test]]` targets beside this
 //! file).
-
-#![allow(clippy::unwrap_used)]
