@@ -1,7 +1,5 @@
 //! Registration of this crate's functions with `atomrl-fn`.
 
-use std::path::PathBuf;
-
 use atomrl_core::{
     ArgSpec, AtomicFn, CandleContext, Error, FnSpec, Inputs, OutputSpec, Outputs, Result,
 };
@@ -75,24 +73,6 @@ token ids must be below the vocabulary size.",
     example_output: r#"{"log_probs": {"shape": [2, 3], "data": [-8.318409, -6.889324, -13.154926, -10.012997, 0.0, 0.0]}, "entropy": {"shape": [2, 3], "data": [3.0695066, 4.4515605, 3.9019651, 3.0695066, 0.0, 0.0]}}"#,
 };
 
-/// Resolves `model_dir`: as given, against the input file's folder and its parents, and
-/// finally against the repository this crate was built from (so that the worked example's
-/// fixture model is found from any working directory of a source checkout).
-fn model_dir(inputs: &Inputs) -> Result<PathBuf> {
-    match inputs.path("model_dir") {
-        Ok(p) => Ok(p),
-        Err(e) => {
-            let raw = inputs.opt_str("model_dir")?.unwrap_or_default();
-            let repo = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join(raw);
-            if !raw.is_empty() && PathBuf::from(raw).is_relative() && repo.is_dir() {
-                Ok(repo)
-            } else {
-                Err(e)
-            }
-        }
-    }
-}
-
 fn run_get_action_log_probs(inputs: &Inputs) -> Result<Outputs> {
     let func = "get_action_log_probs";
     let ids = inputs.id_tensor("input_ids")?;
@@ -129,7 +109,7 @@ fn run_get_action_log_probs(inputs: &Inputs) -> Result<Outputs> {
             ));
         }
     }
-    let dir = model_dir(inputs)?;
+    let dir = atomrl_model::model_dir_arg(inputs)?;
     let model = CausalLm::from_hf_dir(&dir, DType::F32, &Device::Cpu)?;
     let out = get_action_log_probs(&model, &ids, &mask, l - 1, temperature, true)?;
     let entropy = out

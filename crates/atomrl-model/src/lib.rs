@@ -38,6 +38,7 @@ mod input;
 mod linear;
 mod lora;
 mod model;
+mod model_dir_arg;
 mod network;
 mod ops;
 mod params;
@@ -51,6 +52,7 @@ pub use hub::{hub_cache_dir, resolve_hub_snapshot};
 pub use input::{position_ids_from_mask, ForwardInput, MASK_VALUE};
 pub use lora::{LoraConfig, ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, LORA_TARGETS};
 pub use model::CausalLm;
+pub use model_dir_arg::model_dir_arg;
 pub use save::COPIED_FILES;
 pub use weights::{
     load_safetensors_dir, load_safetensors_file, save_safetensors, WEIGHTS_FILE, WEIGHTS_INDEX_FILE,

@@ -1,6 +1,6 @@
 //! Registration of this crate's functions with `atomrl-fn`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use atomrl_core::{
     ArgSpec, AtomicFn, CandleContext, Error, FnSpec, Inputs, OutputSpec, Outputs, Result,
@@ -71,27 +71,9 @@ generation_config.json's EOS ids; [] disables them.",
     example_output: r#"{"completion_ids": {"shape": [4, 4], "data": [392, 336, 284, 290, 319, 190, 50, 17, 411, 157, 479, 34, 411, 277, 176, 228]}, "completion_mask": {"shape": [4, 4], "data": [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]}, "lengths": {"shape": [4], "data": [4, 4, 4, 4]}, "sampling_log_probs": {"shape": [4, 4], "data": [-2.577302, -1.0086875, -1.2047544, -0.3238795, -1.3182498, -1.6673597, -3.4865797, -3.8358479, -0.78058684, -4.8975196, -3.4829059, -4.6103096, -0.78058684, -5.570108, -0.8858363, -0.35982743]}, "finish_reason": ["length", "length", "length", "length"], "group_index": [0, 0, 1, 1], "completions": ["way gives are_st", " re\ufffdP/", " total\ufffdZoe@", " totalns\ufffd"]}"#,
 };
 
-/// Resolves `model_dir`: as given, against the input file's folder and its parents, and
-/// finally against the repository this crate was built from (so that the worked example's
-/// fixture model is found from any working directory of a source checkout).
-fn model_dir(inputs: &Inputs) -> Result<PathBuf> {
-    match inputs.path("model_dir") {
-        Ok(p) => Ok(p),
-        Err(e) => {
-            let raw = inputs.opt_str("model_dir")?.unwrap_or_default();
-            let repo = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join(raw);
-            if !raw.is_empty() && PathBuf::from(raw).is_relative() && repo.is_dir() {
-                Ok(repo)
-            } else {
-                Err(e)
-            }
-        }
-    }
-}
-
 fn run_generate_samples(inputs: &Inputs) -> Result<Outputs> {
     let func = "generate_samples";
-    let dir = model_dir(inputs)?;
+    let dir = atomrl_model::model_dir_arg(inputs)?;
     let model = CausalLm::from_hf_dir(&dir, DType::F32, &Device::Cpu)?;
     let tok = if dir.join("tokenizer.json").is_file() {
         Some(ChatTokenizer::from_hf_dir(&dir)?)
