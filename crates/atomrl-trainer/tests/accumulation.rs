@@ -15,8 +15,8 @@ fn model() -> CausalLm {
     CausalLm::from_config_random(config, 3, DType::F32, &Device::Cpu).unwrap()
 }
 
-fn batch() -> TrainingBatch {
-    // Ragged prompts and completions of 6 rows.
+/// Six rows of ragged prompts and completions (completion `i` has `completion_len(i)` tokens).
+fn ragged_batch(adv: &[f32; 6], completion_len: fn(usize) -> usize) -> TrainingBatch {
     let prompts: Vec<Vec<u32>> = (0..6)
         .map(|i| {
             (0..(2 + i % 3))
@@ -26,7 +26,7 @@ fn batch() -> TrainingBatch {
         .collect();
     let completions: Vec<Vec<u32>> = (0..6)
         .map(|i| {
-            (0..(1 + (i * 5) % 6))
+            (0..completion_len(i))
                 .map(|j| ((i * 11 + j * 5) % 31 + 1) as u32)
                 .collect()
         })
@@ -36,8 +36,11 @@ fn batch() -> TrainingBatch {
         .zip(&completions)
         .map(|(p, c)| (p.as_slice(), c.as_slice()))
         .collect();
-    let adv = [0.9f32, -0.4, 1.3, -1.1, 0.2, -0.9];
-    TrainingBatch::build(&rows, &adv, &[true; 6], 0, &Device::Cpu).unwrap()
+    TrainingBatch::build(&rows, adv, &[true; 6], 0, &Device::Cpu).unwrap()
+}
+
+fn batch() -> TrainingBatch {
+    ragged_batch(&[0.9, -0.4, 1.3, -1.1, 0.2, -0.9], |i| 1 + (i * 5) % 6)
 }
 
 fn run(loss_agg: &str, accumulation: usize) -> (f64, f64, Vec<f32>) {
@@ -105,27 +108,7 @@ fn skipping_zero_advantage_rows_is_exact() {
     use atomrl_loss::{compute_policy_loss, AggOptions, LossAgg, PolicyLossOptions};
     use atomrl_trainer::optim::Gradients;
 
-    let prompts: Vec<Vec<u32>> = (0..6)
-        .map(|i| {
-            (0..(2 + i % 3))
-                .map(|j| ((i * 7 + j * 3) % 31 + 1) as u32)
-                .collect()
-        })
-        .collect();
-    let completions: Vec<Vec<u32>> = (0..6)
-        .map(|i| {
-            (0..(2 + (i * 5) % 5))
-                .map(|j| ((i * 11 + j * 5) % 31 + 1) as u32)
-                .collect()
-        })
-        .collect();
-    let rows: Vec<(&[u32], &[u32])> = prompts
-        .iter()
-        .zip(&completions)
-        .map(|(p, c)| (p.as_slice(), c.as_slice()))
-        .collect();
-    let adv = [0.9f32, 0.0, 1.3, -1.1, 0.0, -0.9];
-    let batch = TrainingBatch::build(&rows, &adv, &[true; 6], 0, &Device::Cpu).unwrap();
+    let batch = ragged_batch(&[0.9, 0.0, 1.3, -1.1, 0.0, -0.9], |i| 2 + (i * 5) % 5);
     for agg in ["token_mean", "seq_mean_token_mean"] {
         // Direct: the whole batch through the loss, no skipping.
         let m = model();
