@@ -94,9 +94,9 @@ fn quoted(key: &str, value: &str) -> String {
 fn embedded_defaults(recipe: RecipeArg) -> Vec<String> {
     let mut s: Vec<String> = [
         "eval_size=500",
-        "batch_size=16",
+        "batch_size=8",
         "num_generations=8",
-        "max_completion_length=64",
+        "max_completion_length=48",
         "max_prompt_length=128",
         "temperature=1.0",
         "lr=1e-4",
@@ -104,12 +104,13 @@ fn embedded_defaults(recipe: RecipeArg) -> Vec<String> {
         "max_grad_norm=1.0",
         "advantage_mode=\"grpo\"",
         "loss_agg=\"token_mean\"",
-        "max_steps=1000",
+        "max_steps=5000",
         "time_budget_s=540",
         "eval_steps=0",
         "save_steps=50",
         "logging_steps=10",
         "threads=1",
+        "workers=2",
         "rewards=[{name=\"correctness\", weight=1.0}, {name=\"hard_format\", weight=0.1}]",
     ]
     .map(String::from)

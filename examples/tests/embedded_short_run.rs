@@ -27,6 +27,8 @@ fn twenty_steps_of_the_embedded_run() {
         "save_steps=10".into(),
         "progress=false".into(),
         "threads=1".into(),
+        // The example's default: rollouts, evaluation and micro-batches on two workers.
+        "workers=2".into(),
     ];
     let summary = run_recipe(load_args(None, None, &overrides).unwrap()).unwrap();
     assert_eq!(summary.steps, 20);

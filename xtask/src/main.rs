@@ -25,6 +25,32 @@ enum Task {
     TinyModel(tiny_model::TinyModelArgs),
     /// Decode tokens/s, one GRPO step and peak memory on a random-weight model (docs/cuda.md).
     Bench(bench::BenchArgs),
+    /// Write a dataset spec's train and held-out splits as JSONL (e.g. the synthetic problems,
+    /// for `xtask/fixtures/trl_grpo_learning.py`).
+    Data(DataArgs),
+}
+
+#[derive(clap::Args)]
+struct DataArgs {
+    /// A dataset spec as the trainer reads it (`synthetic`, `synthetic:TRAIN:EVAL:SEED:OPS:MAX`).
+    #[arg(long, default_value = "synthetic")]
+    dataset: String,
+    /// Output folder: `train.jsonl` and `test.jsonl`.
+    #[arg(long)]
+    out: std::path::PathBuf,
+}
+
+fn data(a: &DataArgs) -> Result<()> {
+    use atomrl_trainer::data::{write_jsonl, DataSource};
+    let src = DataSource::parse(&a.dataset).map_err(|e| anyhow::anyhow!("{e}"))?;
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    for split in ["train", "test"] {
+        let examples = src.load(split).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let path = a.out.join(format!("{split}.jsonl"));
+        write_jsonl(&path, &examples).map_err(|e| anyhow::anyhow!("{e}"))?;
+        println!("{}: {} examples", path.display(), examples.len());
+    }
+    Ok(())
 }
 
 /// Crates users `cargo add` for one piece: they must stay light.
@@ -51,6 +77,7 @@ fn main() -> Result<()> {
         Task::Deps => deps(),
         Task::TinyModel(args) => tiny_model::run(&args),
         Task::Bench(args) => bench::run(&args),
+        Task::Data(args) => data(&args),
     }
 }
 

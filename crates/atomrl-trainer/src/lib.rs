@@ -18,6 +18,7 @@ pub mod grpo;
 pub mod infer;
 pub mod logging;
 pub mod optim;
+pub mod parallel;
 pub mod run;
 pub mod runtime;
 pub mod sft;

@@ -103,13 +103,14 @@ impl Trainer {
             .ctx(func)?;
         let settings = StepSettings {
             accumulation: self.args.gradient_accumulation_steps,
+            workers: self.args.workers,
             max_grad_norm: self.args.max_grad_norm,
             lr,
             inject_nan: self.nan_steps.contains(&step),
         };
         let model = &self.model;
         let t = batch.completion_len;
-        let outcome = accumulate_and_step(
+        let (outcome, _) = accumulate_and_step(
             &self.params,
             &mut self.optimizer,
             &batch,
@@ -127,9 +128,9 @@ impl Trainer {
                 if !finite.is_finite() {
                     return Ok(None);
                 }
-                Ok(Some(
-                    compute_sft_loss(&lp, &mb.completion_mask, Some(total_tokens as f64))?.loss,
-                ))
+                let loss =
+                    compute_sft_loss(&lp, &mb.completion_mask, Some(total_tokens as f64))?.loss;
+                Ok(Some((loss, ())))
             },
         )?;
         if let Some(reason) = &outcome.skipped {

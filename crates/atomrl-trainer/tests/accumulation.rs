@@ -1,6 +1,7 @@
 //! Gradient accumulation with the global normaliser equals one big batch: the loss, the
 //! gradient norm and the updated weights agree, for token- and sequence-level aggregations
-//! (the bug TRL shipped as its issue #3021).
+//! (the bug TRL shipped as its issue #3021), whether the micro-batches run one after another
+//! or at once on data-parallel workers.
 
 #![allow(clippy::unwrap_used)]
 
@@ -43,11 +44,12 @@ fn batch() -> TrainingBatch {
     ragged_batch(&[0.9, -0.4, 1.3, -1.1, 0.2, -0.9], |i| 1 + (i * 5) % 6)
 }
 
-fn run(loss_agg: &str, accumulation: usize) -> (f64, f64, Vec<f32>) {
+fn run(loss_agg: &str, accumulation: usize, workers: usize) -> (f64, f64, Vec<f32>) {
     let m = model();
     let args = GRPOArgs {
         loss_agg: loss_agg.into(),
         gradient_accumulation_steps: accumulation,
+        workers,
         max_grad_norm: 0.0,
         ..GRPOArgs::preset(Recipe::Grpo)
     };
@@ -78,23 +80,25 @@ fn micro_batches_sum_to_the_full_batch() {
         "seq_mean_token_sum",
         "seq_mean_token_sum_norm",
     ] {
-        let (loss1, norm1, w1) = run(agg, 1);
-        for k in [2, 3, 6] {
-            let (loss_k, norm_k, w_k) = run(agg, k);
+        let (loss1, norm1, w1) = run(agg, 1, 1);
+        // (accumulation, workers): micro-batches in sequence, on parallel workers, or both.
+        for (acc, workers) in [(2, 1), (3, 1), (6, 1), (1, 2), (1, 3), (3, 2)] {
+            let k = format!("accumulation {acc}, workers {workers}");
+            let (loss_k, norm_k, w_k) = run(agg, acc, workers);
             assert!(
                 (loss1 - loss_k).abs() <= 1e-5 * loss1.abs().max(1e-3),
-                "{agg} x{k}: loss {loss1} vs {loss_k}"
+                "{agg}, {k}: loss {loss1} vs {loss_k}"
             );
             assert!(
                 (norm1 - norm_k).abs() <= 1e-4 * norm1,
-                "{agg} x{k}: grad norm {norm1} vs {norm_k}"
+                "{agg}, {k}: grad norm {norm1} vs {norm_k}"
             );
             let max_diff = w1
                 .iter()
                 .zip(&w_k)
                 .map(|(a, b)| (a - b).abs())
                 .fold(0f32, f32::max);
-            assert!(max_diff < 1e-5, "{agg} x{k}: weights differ by {max_diff}");
+            assert!(max_diff < 1e-5, "{agg}, {k}: weights differ by {max_diff}");
         }
         assert!(norm1 > 0.0);
     }

@@ -28,7 +28,7 @@ use atomrl_model::{Architecture, CausalLm, ModelConfig};
 use atomrl_reward::WeightedRewards;
 use atomrl_sample::ChatTokenizer;
 use atomrl_trainer::config::LrSchedule;
-use atomrl_trainer::data::{synthetic_splits, SYNTHETIC_DEFAULT};
+use atomrl_trainer::data::{DataSource, SYNTHETIC_DEFAULT, SYNTHETIC_DEFAULT_PROBLEMS};
 use atomrl_trainer::grpo::{evaluate, EvalResult, PromptEncoder};
 use atomrl_trainer::{GRPOArgs, Recipe, Trainer};
 use candle_core::{DType, Device};
@@ -67,6 +67,15 @@ pub struct TinyModelArgs {
     /// Seed of the synthetic data, the initialisation and the data order.
     #[arg(long, default_value_t = SYNTHETIC_DEFAULT.2)]
     pub seed: u64,
+    /// Fewest arithmetic steps per problem (the example's `synthetic` data by default).
+    #[arg(long, default_value_t = SYNTHETIC_DEFAULT_PROBLEMS.0)]
+    pub min_ops: usize,
+    /// Most arithmetic steps per problem.
+    #[arg(long, default_value_t = SYNTHETIC_DEFAULT_PROBLEMS.1)]
+    pub max_ops: usize,
+    /// Largest quantity drawn for a story.
+    #[arg(long, default_value_t = SYNTHETIC_DEFAULT_PROBLEMS.2)]
+    pub max_value: i64,
     /// CPU compute threads (weights are reproducible for a given count).
     #[arg(long, default_value_t = DEFAULT_THREADS)]
     pub threads: usize,
@@ -83,6 +92,21 @@ pub struct TinyModelArgs {
     /// [default: target/tiny-model].
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
+}
+
+impl TinyModelArgs {
+    /// The synthetic data of the build (the example's `--dataset synthetic` for the defaults).
+    fn data_source(&self) -> DataSource {
+        let (train, eval, _) = SYNTHETIC_DEFAULT;
+        DataSource::Synthetic {
+            train,
+            eval,
+            seed: self.seed,
+            min_ops: self.min_ops,
+            max_ops: self.max_ops,
+            max_value: self.max_value,
+        }
+    }
 }
 
 fn workspace_root() -> PathBuf {
@@ -190,7 +214,10 @@ pub fn run(a: &TinyModelArgs) -> Result<()> {
         "== [1/4] synthetic data: {n_train} train / {n_eval} held-out problems, seed {}",
         a.seed
     );
-    let (train, eval) = synthetic_splits(n_train, n_eval, a.seed);
+    let data = a.data_source();
+    println!("   dataset `{data}`");
+    let train = data.load("train").map_err(|e| anyhow!("{e}"))?;
+    let eval = data.load("test").map_err(|e| anyhow!("{e}"))?;
 
     println!("== [2/4] byte-level BPE tokenizer on the training split");
     let tok_dir = work.join("tokenizer");
@@ -379,6 +406,13 @@ impl BuildInfo<'_> {
         if a.seed != SYNTHETIC_DEFAULT.2 {
             let _ = write!(cmd, " --seed {}", a.seed);
         }
+        if (a.min_ops, a.max_ops, a.max_value) != SYNTHETIC_DEFAULT_PROBLEMS {
+            let _ = write!(
+                cmd,
+                " --min-ops {} --max-ops {} --max-value {}",
+                a.min_ops, a.max_ops, a.max_value
+            );
+        }
         if a.threads != DEFAULT_THREADS {
             let _ = write!(cmd, " --threads {}", a.threads);
         }
@@ -393,8 +427,8 @@ impl BuildInfo<'_> {
         let _ = writeln!(s, "| | |\n|---|---|");
         let _ = writeln!(
             s,
-            "| data | `synthetic_splits({n_train}, {n_eval}, {})`: synthetic word problems; SFT on the {n_train} training ones, evaluated on the {n_eval} held-out ones (the example's eval set) |",
-            a.seed
+            "| data | `{}`: synthetic word problems ({} to {} arithmetic steps, quantities up to {}); SFT on the {n_train} training ones, evaluated on the {n_eval} held-out ones (the example's eval set) |",
+            a.data_source(), a.min_ops, a.max_ops, a.max_value
         );
         let _ = writeln!(
             s,

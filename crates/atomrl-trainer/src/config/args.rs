@@ -46,6 +46,10 @@ fn one() -> f32 {
     1.0
 }
 
+fn one_worker() -> usize {
+    1
+}
+
 /// LoRA settings (`[lora]`); absent means full fine-tuning.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -196,8 +200,16 @@ pub struct GRPOArgs {
     /// supported together with LoRA dropout.
     #[serde(default)]
     pub gradient_checkpointing: bool,
-    /// Compute threads (0 = as many as cores).
+    /// Compute threads of each tensor op (0 = as many as cores).
     pub threads: usize,
+    /// CPU data-parallel workers: the rollouts, the evaluation and each update's micro-batches
+    /// are split into this many shards that run at once on their own threads (gradients summed
+    /// in shard order, so a run is deterministic for a given count). With small models, 2
+    /// workers of 1 thread beat 1 worker of 2 threads (see [`crate::parallel`]); a GPU run
+    /// keeps a single worker. The sampling seed of a shard depends on the count, so runs with
+    /// different counts draw different completions.
+    #[serde(default = "one_worker")]
+    pub workers: usize,
     /// Apply the tokenizer's chat template to prompts (false: prompts are already templated).
     pub chat_template: bool,
     /// Optional system prompt put before each prompt.
@@ -284,6 +296,7 @@ impl GRPOArgs {
             device: "cpu".into(),
             gradient_checkpointing: false,
             threads: 0,
+            workers: 1,
             chat_template: true,
             system_prompt: None,
             progress: true,

@@ -48,6 +48,15 @@ pub fn validate(a: &GRPOArgs) -> Result<()> {
             "a JSONL/parquet file or a hub dataset id",
         ));
     }
+    at_least("workers", a.workers, 1)?;
+    if a.workers > 1 && !a.device.starts_with("cpu") {
+        return Err(Error::value(
+            FUNC,
+            "workers",
+            "1 on a GPU (data-parallel workers are a CPU feature)",
+            a.workers,
+        ));
+    }
     positive("lr", a.lr)?;
     positive("temperature", a.temperature)?;
     positive("adam_eps", a.adam_eps)?;

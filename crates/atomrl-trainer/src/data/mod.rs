@@ -39,7 +39,7 @@ pub use jsonl::{load_jsonl, parse_jsonl, write_jsonl};
 pub use parquet::load_gsm8k_parquet;
 pub use sampler::{EpochSampler, SamplerState};
 pub use shuffle::{seeded_permutation, SplitMix64};
-pub use source::{DataSource, SYNTHETIC_DEFAULT};
+pub use source::{DataSource, SYNTHETIC_DEFAULT, SYNTHETIC_DEFAULT_PROBLEMS};
 pub use split::train_eval_split;
 pub use synthetic::{
     synthetic_problems, synthetic_splits, synthetic_splits_with, synthetic_word_problems, Op, Step,

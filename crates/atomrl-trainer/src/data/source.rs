@@ -9,7 +9,7 @@ use super::example::Example;
 use super::hub::{hub_cache_dir, resolve_hub_dataset_shards};
 use super::jsonl::load_jsonl;
 use super::parquet::load_gsm8k_parquet;
-use super::synthetic::synthetic_splits;
+use super::synthetic::{synthetic_splits_with, SyntheticConfig};
 
 /// A dataset location: a local file or a hub dataset in the local hub cache.
 ///
@@ -33,9 +33,10 @@ pub enum DataSource {
         /// The dataset config (subfolder), e.g. `main`; `openai/gsm8k` defaults to `main`.
         config: Option<String>,
     },
-    /// Synthetic grade-school word problems made by [`synthetic_splits`] (offline; written
-    /// `synthetic` or `synthetic:TRAIN:EVAL:SEED`). Split `train` gives the training problems,
-    /// any other split the held-out ones (never among the training problems).
+    /// Synthetic grade-school word problems made by [`synthetic_splits_with`] (offline; written
+    /// `synthetic`, `synthetic:TRAIN:EVAL:SEED` or `synthetic:TRAIN:EVAL:SEED:OPS:MAX_VALUE`
+    /// with `OPS` one count or a range such as `1-3`). Split `train` gives the training
+    /// problems, any other split the held-out ones (never among the training problems).
     Synthetic {
         /// Training problems.
         train: usize,
@@ -43,12 +44,23 @@ pub enum DataSource {
         eval: usize,
         /// Seed of both streams.
         seed: u64,
+        /// Fewest arithmetic steps per problem (1 to 3).
+        min_ops: usize,
+        /// Most arithmetic steps per problem (`min_ops` to 3).
+        max_ops: usize,
+        /// Largest quantity drawn for a story (10 to 10 000).
+        max_value: i64,
     },
 }
 
 /// `synthetic` means 20,000 training and 500 held-out problems of this seed (the embedded
 /// example's and `cargo xtask tiny-model`'s).
 pub const SYNTHETIC_DEFAULT: (usize, usize, u64) = (20_000, 500, 20_261_121);
+
+/// The problems of `synthetic` (and of a spec that leaves `OPS:MAX_VALUE` out): one or two
+/// arithmetic steps on quantities up to 20, the difficulty at which the embedded ~1M-parameter
+/// model is weak after SFT yet learns quickly under GRPO (see `examples/grpo_gsm8k/model/BUILD.md`).
+pub const SYNTHETIC_DEFAULT_PROBLEMS: (usize, usize, i64) = (1, 2, 20);
 
 impl DataSource {
     /// Parses a source: an existing file ending in `.jsonl` or `.json` is [`DataSource::Jsonl`],
@@ -148,8 +160,23 @@ impl DataSource {
         match self {
             Self::Jsonl(p) => load_jsonl(p),
             Self::Parquet(p) => load_gsm8k_parquet(p),
-            Self::Synthetic { train, eval, seed } => {
-                let (train_set, eval_set) = synthetic_splits(*train, *eval, *seed);
+            Self::Synthetic {
+                train,
+                eval,
+                seed,
+                min_ops,
+                max_ops,
+                max_value,
+            } => {
+                let cfg = SyntheticConfig {
+                    num_examples: 0,
+                    seed: *seed,
+                    min_ops: *min_ops,
+                    max_ops: *max_ops,
+                    max_value: *max_value,
+                };
+                cfg.validate()?;
+                let (train_set, eval_set) = synthetic_splits_with(&cfg, *train, *eval);
                 Ok(if split == "train" {
                     train_set
                 } else {
@@ -170,26 +197,56 @@ impl DataSource {
 
 fn parse_synthetic(s: &str, rest: &str) -> Result<DataSource> {
     let (mut train, mut eval, mut seed) = SYNTHETIC_DEFAULT;
+    let (mut min_ops, mut max_ops, mut max_value) = SYNTHETIC_DEFAULT_PROBLEMS;
+    let bad = || {
+        Error::value(
+            "DataSource::parse",
+            "dataset",
+            "`synthetic`, `synthetic:TRAIN:EVAL:SEED` or `synthetic:TRAIN:EVAL:SEED:OPS:MAX_VALUE` \
+             (OPS one count or a range such as 1-3)",
+            format!("`{s}`"),
+        )
+    };
     if !rest.is_empty() {
-        let parts: Vec<&str> = rest.strip_prefix(':').unwrap_or("").split(':').collect();
-        let bad = || {
-            Error::value(
-                "DataSource::parse",
-                "dataset",
-                "`synthetic` or `synthetic:TRAIN:EVAL:SEED`",
-                format!("`{s}`"),
-            )
-        };
-        match parts.as_slice() {
-            [t, e, sd] => {
-                train = t.parse().map_err(|_| bad())?;
-                eval = e.parse().map_err(|_| bad())?;
-                seed = sd.parse().map_err(|_| bad())?;
-            }
+        let parts: Vec<&str> = rest.strip_prefix(':').ok_or_else(bad)?.split(':').collect();
+        let (sizes, problems) = match parts.as_slice() {
+            [t, e, sd] => ((t, e, sd), None),
+            [t, e, sd, ops, mv] => ((t, e, sd), Some((ops, mv))),
             _ => return Err(bad()),
+        };
+        train = sizes.0.parse().map_err(|_| bad())?;
+        eval = sizes.1.parse().map_err(|_| bad())?;
+        seed = sizes.2.parse().map_err(|_| bad())?;
+        if let Some((ops, mv)) = problems {
+            (min_ops, max_ops) = match ops.split_once('-') {
+                Some((lo, hi)) => (
+                    lo.parse().map_err(|_| bad())?,
+                    hi.parse().map_err(|_| bad())?,
+                ),
+                None => {
+                    let n = ops.parse().map_err(|_| bad())?;
+                    (n, n)
+                }
+            };
+            max_value = mv.parse().map_err(|_| bad())?;
         }
     }
-    Ok(DataSource::Synthetic { train, eval, seed })
+    let cfg = SyntheticConfig {
+        num_examples: 0,
+        seed,
+        min_ops,
+        max_ops,
+        max_value,
+    };
+    cfg.validate()?;
+    Ok(DataSource::Synthetic {
+        train,
+        eval,
+        seed,
+        min_ops,
+        max_ops,
+        max_value,
+    })
 }
 
 /// The config used when none is given: `main` for `openai/gsm8k`.
@@ -207,7 +264,20 @@ impl fmt::Display for DataSource {
                 config: Some(c),
             } => write!(f, "{repo_id}:{c}"),
             Self::Hub { repo_id, .. } => f.write_str(repo_id),
-            Self::Synthetic { train, eval, seed } => write!(f, "synthetic:{train}:{eval}:{seed}"),
+            Self::Synthetic {
+                train,
+                eval,
+                seed,
+                min_ops,
+                max_ops,
+                max_value,
+            } => {
+                write!(f, "synthetic:{train}:{eval}:{seed}:{min_ops}")?;
+                if max_ops != min_ops {
+                    write!(f, "-{max_ops}")?;
+                }
+                write!(f, ":{max_value}")
+            }
         }
     }
 }
@@ -250,15 +320,37 @@ mod tests {
     #[test]
     fn synthetic_sources() {
         let src = DataSource::parse("synthetic:40:5:3").unwrap();
+        let (min_ops, max_ops, max_value) = SYNTHETIC_DEFAULT_PROBLEMS;
         assert_eq!(
             src,
             DataSource::Synthetic {
                 train: 40,
                 eval: 5,
-                seed: 3
+                seed: 3,
+                min_ops,
+                max_ops,
+                max_value,
             }
         );
-        assert_eq!(src.to_string(), "synthetic:40:5:3");
+        assert_eq!(src.to_string(), "synthetic:40:5:3:1-2:20");
+        assert_eq!(DataSource::parse("synthetic:40:5:3:1-2:20").unwrap(), src);
+        let hard = DataSource::parse("synthetic:40:5:3:3:50").unwrap();
+        assert_eq!(hard.to_string(), "synthetic:40:5:3:3:50");
+        assert!(hard.load("train").unwrap().iter().all(|e| e
+            .completion
+            .as_deref()
+            .unwrap()
+            .matches('=')
+            .count()
+            == 3));
+        for bad in [
+            "synthetic:40:5:3:4:50",
+            "synthetic:40:5:3:1-2",
+            "synthetic:40:5:3:2-1:50",
+        ] {
+            let err = DataSource::parse(bad).unwrap_err().to_string();
+            assert!(err.contains("ops") || err.contains("OPS"), "{bad}: {err}");
+        }
         assert_eq!(
             (
                 src.load("train").unwrap().len(),

@@ -1,10 +1,12 @@
 //! One optimizer update over micro-batches: the shared core of every recipe's step.
 
 use atomrl_core::{CandleContext, Result};
+use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 
 use super::batch::TrainingBatch;
 use crate::optim::{AdamW, Gradients};
+use crate::parallel::{run_shards, split_even};
 
 /// How an update went.
 #[derive(Debug, Clone, Default)]
@@ -20,8 +22,11 @@ pub struct StepOutcome {
 /// Settings of [`accumulate_and_step`].
 #[derive(Debug, Clone, Copy)]
 pub struct StepSettings {
-    /// Micro-batches per update.
+    /// Micro-batches per update (per worker).
     pub accumulation: usize,
+    /// Data-parallel workers: each wave of `workers` micro-batches runs at once on its own
+    /// threads (see [`crate::parallel`]).
+    pub workers: usize,
     /// Gradient-norm clipping threshold (0 = off).
     pub max_grad_norm: f64,
     /// Learning rate of this update.
@@ -30,53 +35,76 @@ pub struct StepSettings {
     pub inject_nan: bool,
 }
 
-/// Splits `batch` into `accumulation` micro-batches, sums their gradients
+/// What one micro-batch gave: its gradients, its loss and the caller's statistics.
+struct MicroResult<T> {
+    store: GradStore,
+    loss: f64,
+    extra: T,
+}
+
+/// Splits `batch` into `accumulation × workers` micro-batches, sums their gradients
 /// (`micro_loss(mb, first_row)` gives each micro-batch's loss, already divided by the global
-/// normaliser; `Ok(None)` means its inputs were not finite), clips the global norm and applies
-/// AdamW — unless the loss or the norm is not finite, in which case nothing is updated and the
-/// reason is returned. Micro-batches without a scored token are skipped (they add 0).
+/// normaliser, with any statistics `T` the caller wants back; `Ok(None)` means its inputs
+/// were not finite), clips the global norm and applies AdamW — unless the loss or the norm is
+/// not finite, in which case nothing is updated and the reason is returned. Micro-batches
+/// without a scored token are skipped (they add 0). The micro-batches of one wave run on
+/// `workers` threads; gradients are summed in micro-batch order, so the update does not
+/// depend on thread timing.
 ///
 /// # Errors
 /// Tensor failures.
-pub fn accumulate_and_step(
+pub fn accumulate_and_step<T: Send>(
     params: &[(String, Var)],
     optimizer: &mut AdamW,
     batch: &TrainingBatch,
     settings: StepSettings,
-    mut micro_loss: impl FnMut(&TrainingBatch, usize) -> Result<Option<Tensor>>,
-) -> Result<StepOutcome> {
+    micro_loss: impl Fn(&TrainingBatch, usize) -> Result<Option<(Tensor, T)>> + Sync,
+) -> Result<(StepOutcome, Vec<T>)> {
     let func = "accumulate_and_step";
-    let rows = batch.num_rows();
-    let micro = rows.div_ceil(settings.accumulation.max(1)).max(1);
+    let workers = settings.workers.max(1);
+    let chunks = split_even(batch.num_rows(), settings.accumulation.max(1) * workers);
     let mut grads = Gradients::new();
     let mut outcome = StepOutcome::default();
-    let mut start = 0;
-    while start < rows {
-        let len = micro.min(rows - start);
-        let mb = batch.rows(start, len)?;
-        let first = start;
-        start += len;
-        let tokens: f32 = mb
-            .completion_mask
-            .sum_all()
-            .and_then(|t| t.to_scalar())
-            .ctx(func)?;
-        if tokens == 0.0 {
-            continue;
+    let mut extras = Vec::new();
+    for wave in chunks.chunks(workers) {
+        let results = run_shards(func, wave.len(), |i| {
+            let range = &wave[i];
+            let mb = batch.rows(range.start, range.len())?;
+            let tokens: f32 = mb
+                .completion_mask
+                .sum_all()
+                .and_then(|t| t.to_scalar())
+                .ctx(func)?;
+            if tokens == 0.0 {
+                return Ok(Some(None));
+            }
+            let Some((mut loss, extra)) = micro_loss(&mb, range.start)? else {
+                return Ok(None);
+            };
+            if settings.inject_nan {
+                loss = (loss * f64::NAN).ctx(func)?;
+            }
+            let store = loss.backward().ctx(func)?;
+            let loss = loss
+                .to_dtype(candle_core::DType::F64)
+                .and_then(|l| l.to_scalar::<f64>())
+                .ctx(func)?;
+            Ok(Some(Some(MicroResult { store, loss, extra })))
+        })?;
+        for result in results {
+            match result {
+                None => {
+                    outcome.skipped = Some("non-finite log-probs".into());
+                    return Ok((outcome, extras));
+                }
+                Some(None) => {}
+                Some(Some(r)) => {
+                    grads.accumulate(&r.store, params)?;
+                    outcome.loss += r.loss;
+                    extras.push(r.extra);
+                }
+            }
         }
-        let Some(mut loss) = micro_loss(&mb, first)? else {
-            outcome.skipped = Some("non-finite log-probs".into());
-            return Ok(outcome);
-        };
-        if settings.inject_nan {
-            loss = (loss * f64::NAN).ctx(func)?;
-        }
-        let store = loss.backward().ctx(func)?;
-        grads.accumulate(&store, params)?;
-        outcome.loss += loss
-            .to_dtype(candle_core::DType::F64)
-            .and_then(|l| l.to_scalar::<f64>())
-            .ctx(func)?;
     }
     outcome.grad_norm = grads.clip_global_norm(settings.max_grad_norm)?;
     if !outcome.loss.is_finite() || !outcome.grad_norm.is_finite() {
@@ -84,8 +112,8 @@ pub fn accumulate_and_step(
             "non-finite loss ({}) or gradient norm ({})",
             outcome.loss, outcome.grad_norm
         ));
-        return Ok(outcome);
+        return Ok((outcome, extras));
     }
     optimizer.step(&|name| grads.get(name), settings.lr)?;
-    Ok(outcome)
+    Ok((outcome, extras))
 }

@@ -97,8 +97,68 @@ impl TrainingBatch {
         })
     }
 
+    /// The same rows without the columns that are padding in every row: leading prompt pads
+    /// and trailing completion pads (after [`TrainingBatch::select`] keeps a few rows, the
+    /// longest prompt or completion is often gone). Positions come from the attention mask, so
+    /// log-probs of the real tokens are unchanged.
+    ///
+    /// # Errors
+    /// Tensor failures.
+    pub fn compact(&self) -> Result<Self> {
+        let func = "TrainingBatch::compact";
+        let mask: Vec<Vec<f32>> = self.attention_mask.to_vec2().ctx(func)?;
+        let width = mask.first().map_or(0, Vec::len);
+        let prompt_width = width - self.completion_len;
+        let any_real = |c: usize| mask.iter().any(|row| row[c] != 0.0);
+        let lead = (0..prompt_width).take_while(|&c| !any_real(c)).count();
+        let tail = (prompt_width..width)
+            .rev()
+            .take_while(|&c| !any_real(c))
+            .count()
+            .min(self.completion_len.saturating_sub(1));
+        if lead == 0 && tail == 0 {
+            return Ok(self.clone());
+        }
+        let keep = width - lead - tail;
+        let t = self.completion_len - tail;
+        Ok(Self {
+            input_ids: self.input_ids.narrow(1, lead, keep).ctx(func)?,
+            attention_mask: self.attention_mask.narrow(1, lead, keep).ctx(func)?,
+            completion_mask: self.completion_mask.narrow(1, 0, t).ctx(func)?,
+            advantages: self.advantages.clone(),
+            completion_len: t,
+        })
+    }
+
     /// Number of rows `R`.
     pub fn num_rows(&self) -> usize {
         self.advantages.dims().first().copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compact_drops_columns_that_are_padding_everywhere() {
+        let d = Device::Cpu;
+        let (long_p, long_c) = ([1u32, 2, 3, 4], [5u32, 6, 7, 8, 9]);
+        let rows: [(&[u32], &[u32]); 3] = [(&long_p, &[5, 6]), (&[3, 4], &[7]), (&[4], &long_c)];
+        let b = TrainingBatch::build(&rows, &[1.0, -1.0, 0.5], &[true; 3], 0, &d).unwrap();
+        let kept = b.select(&[1, 0]).unwrap().compact().unwrap();
+        assert_eq!(kept.completion_len, 2);
+        let ids: Vec<Vec<u32>> = kept.input_ids.to_vec2().unwrap();
+        assert_eq!(ids, vec![vec![0, 0, 3, 4, 7, 0], vec![1, 2, 3, 4, 5, 6]]);
+        let cmask: Vec<Vec<f32>> = kept.completion_mask.to_vec2().unwrap();
+        assert_eq!(cmask, vec![vec![1.0, 0.0], vec![1.0, 1.0]]);
+        let short = b.select(&[1]).unwrap().compact().unwrap();
+        assert_eq!(
+            short.input_ids.to_vec2::<u32>().unwrap(),
+            vec![vec![3, 4, 7]]
+        );
+        // Nothing to drop: the same batch.
+        let full = b.compact().unwrap();
+        assert_eq!(full.input_ids.dims(), b.input_ids.dims());
     }
 }

@@ -7,6 +7,7 @@ use atomrl_sample::{generate_samples, ChatTokenizer, SamplingParams};
 
 use super::prompt::PromptEncoder;
 use crate::data::Example;
+use crate::parallel::{run_shards, split_even};
 
 /// Prompts per generation call during evaluation.
 const EVAL_BATCH: usize = 64;
@@ -39,6 +40,69 @@ pub fn evaluate(
     examples: &[Example],
     max_new_tokens: usize,
 ) -> Result<EvalResult> {
+    evaluate_sharded(model, tokenizer, encoder, examples, max_new_tokens, 1)
+}
+
+/// [`evaluate`] with the examples split into `workers` shards decoded at once (see
+/// [`crate::parallel`]). Decoding is greedy, so counts differ only where the different
+/// padding of the generation batches changes float rounding enough to flip an argmax.
+///
+/// # Errors
+/// Generation or tokenizer failures.
+pub fn evaluate_sharded(
+    model: &CausalLm,
+    tokenizer: &ChatTokenizer,
+    encoder: &PromptEncoder,
+    examples: &[Example],
+    max_new_tokens: usize,
+    workers: usize,
+) -> Result<EvalResult> {
+    let shards = split_even(examples.len(), workers);
+    let parts = run_shards("evaluate", shards.len(), |s| {
+        score_greedy(
+            model,
+            tokenizer,
+            encoder,
+            &examples[shards[s].clone()],
+            max_new_tokens,
+        )
+    })?;
+    let mut total = Tally::default();
+    for p in parts {
+        total.correct += p.correct;
+        total.formatted += p.formatted;
+        total.length += p.length;
+        total
+            .samples
+            .extend(p.samples.into_iter().take(3 - total.samples.len().min(3)));
+    }
+    let n = examples.len().max(1) as f64;
+    Ok(EvalResult {
+        accuracy: total.correct / n,
+        format_rate: total.formatted / n,
+        mean_length: total.length / n,
+        count: examples.len(),
+        samples: total.samples,
+        loss: None,
+    })
+}
+
+/// Sums over a shard of examples.
+#[derive(Default)]
+struct Tally {
+    correct: f64,
+    formatted: f64,
+    length: f64,
+    samples: Vec<(String, String, f64)>,
+}
+
+fn score_greedy(
+    model: &CausalLm,
+    tokenizer: &ChatTokenizer,
+    encoder: &PromptEncoder,
+    examples: &[Example],
+    max_new_tokens: usize,
+) -> Result<Tally> {
     let view = model.detached();
     let params = SamplingParams {
         num_generations: 1,
@@ -47,8 +111,7 @@ pub fn evaluate(
         stop_token_ids: tokenizer.eos_token_ids(),
         ..Default::default()
     };
-    let (mut correct, mut formatted, mut length) = (0.0, 0.0, 0.0);
-    let mut samples = Vec::new();
+    let mut t = Tally::default();
     for chunk in examples.chunks(EVAL_BATCH) {
         let prompts = chunk
             .iter()
@@ -63,21 +126,13 @@ pub fn evaluate(
             .zip(prompts.iter().zip(&out.lengths))
         {
             let score = correctness_score(text, &example.ground_truth, &Default::default()) as f64;
-            correct += score;
-            formatted += f64::from(u8::from(is_hard_format(text, &Tags::default())));
-            length += *len as f64;
-            if samples.len() < 3 {
-                samples.push((prompt.text.clone(), text.clone(), score));
+            t.correct += score;
+            t.formatted += f64::from(u8::from(is_hard_format(text, &Tags::default())));
+            t.length += *len as f64;
+            if t.samples.len() < 3 {
+                t.samples.push((prompt.text.clone(), text.clone(), score));
             }
         }
     }
-    let n = examples.len().max(1) as f64;
-    Ok(EvalResult {
-        accuracy: correct / n,
-        format_rate: formatted / n,
-        mean_length: length / n,
-        count: examples.len(),
-        samples,
-        loss: None,
-    })
+    Ok(t)
 }

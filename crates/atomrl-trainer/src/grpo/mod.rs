@@ -10,8 +10,11 @@ mod update;
 
 pub use accumulate::{accumulate_and_step, StepOutcome, StepSettings};
 pub use batch::TrainingBatch;
-pub use eval::{evaluate, EvalResult};
+pub use eval::{evaluate, evaluate_sharded, EvalResult};
 pub use prompt::{EncodedPrompt, PromptEncoder};
-pub use rollout::{add_round, generate_group_rows, RolloutContext, RolloutRow, Rollouts};
+pub use rollout::{
+    add_round, generate_group_rows, generate_group_rows_sharded, RolloutContext, RolloutRow,
+    Rollouts,
+};
 pub use trainer::{load_splits, GRPOTrainer, TrainSummary, Trainer};
 pub use update::{policy_update, UpdateContext, UpdateStats};

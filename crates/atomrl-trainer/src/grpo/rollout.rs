@@ -9,6 +9,8 @@ use atomrl_sample::{generate_samples, ChatTokenizer, FinishReason, SamplingParam
 use candle_core::Tensor;
 
 use super::prompt::EncodedPrompt;
+use crate::data::SplitMix64;
+use crate::parallel::{run_shards, split_even};
 
 /// One completion with everything the update and the metrics need.
 #[derive(Debug, Clone)]
@@ -106,6 +108,43 @@ pub fn generate_group_rows(
         })
         .collect();
     Ok((rows, out.num_generated_tokens))
+}
+
+/// [`generate_group_rows`] with the prompts split into `workers` shards generated at once
+/// (see [`crate::parallel`]); rows come back in prompt order. With more than one shard, shard
+/// `s` samples with a seed derived from `(seed, s)`.
+///
+/// # Errors
+/// As [`generate_group_rows`].
+pub fn generate_group_rows_sharded(
+    ctx: &RolloutContext<'_>,
+    prompts: &[EncodedPrompt],
+    ground_truth: &[String],
+    workers: usize,
+) -> Result<(Vec<RolloutRow>, usize)> {
+    let shards = split_even(prompts.len(), workers);
+    if shards.len() <= 1 {
+        return generate_group_rows(ctx, prompts, ground_truth);
+    }
+    let parts = run_shards("rollout", shards.len(), |s| {
+        let range = shards[s].clone();
+        let params = SamplingParams {
+            seed: SplitMix64::derive(ctx.params.seed, s as u64).next_u64(),
+            ..ctx.params.clone()
+        };
+        let shard_ctx = RolloutContext {
+            params: &params,
+            ..*ctx
+        };
+        generate_group_rows(&shard_ctx, &prompts[range.clone()], &ground_truth[range])
+    })?;
+    let mut rows = Vec::new();
+    let mut tokens = 0;
+    for (r, t) in parts {
+        rows.extend(r);
+        tokens += t;
+    }
+    Ok((rows, tokens))
 }
 
 /// Adds one round's rows to `acc`: all groups, or (dynamic sampling) only groups whose rewards

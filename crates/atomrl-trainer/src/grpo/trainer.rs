@@ -12,9 +12,9 @@ use atomrl_sample::{ChatTokenizer, FinishReason, SamplingParams};
 use candle_core::{Device, Tensor, Var};
 
 use super::batch::TrainingBatch;
-use super::eval::{evaluate, EvalResult};
+use super::eval::{evaluate_sharded, EvalResult};
 use super::prompt::PromptEncoder;
-use super::rollout::{add_round, generate_group_rows, RolloutContext, Rollouts};
+use super::rollout::{add_round, generate_group_rows_sharded, RolloutContext, Rollouts};
 use super::update::{policy_update, UpdateContext};
 use crate::checkpoint::{latest_checkpoint, load_trainer_state, save_checkpoint, TrainerState};
 use crate::config::GRPOArgs;
@@ -346,7 +346,8 @@ impl Trainer {
                 params: &round_params,
                 ..ctx
             };
-            let (rows, tokens) = generate_group_rows(&round_ctx, &prompts, &truth)?;
+            let (rows, tokens) =
+                generate_group_rows_sharded(&round_ctx, &prompts, &truth, a.workers)?;
             rollouts.generated_tokens += tokens;
             add_round(&mut rollouts, rows, g, a.dynamic_sampling, a.batch_size)?;
             if rollouts.rows.len() >= a.batch_size * g {
@@ -533,12 +534,13 @@ impl Trainer {
     /// # Errors
     /// Generation failures.
     pub fn evaluate(&self) -> Result<EvalResult> {
-        let mut r = evaluate(
+        let mut r = evaluate_sharded(
             &self.model,
             &self.tokenizer,
             &self.encoder,
             &self.eval_set,
             self.args.max_completion_length,
+            self.args.workers,
         )?;
         if self.args.recipe == crate::config::Recipe::Sft {
             r.loss = Some(self.sft_eval_loss()?);

@@ -42,6 +42,32 @@ pub struct UpdateStats {
     pub skip_reason: Option<String>,
 }
 
+/// Token-weighted sums of one micro-batch's statistics (each metric times its scored tokens).
+#[derive(Debug, Clone, Copy, Default)]
+struct MicroStats {
+    clip: f64,
+    low: f64,
+    high: f64,
+    ppo_kl: f64,
+    kl: f64,
+    entropy: f64,
+    weight: f64,
+}
+
+impl MicroStats {
+    fn add(self, o: Self) -> Self {
+        Self {
+            clip: self.clip + o.clip,
+            low: self.low + o.low,
+            high: self.high + o.high,
+            ppo_kl: self.ppo_kl + o.ppo_kl,
+            kl: self.kl + o.kl,
+            entropy: self.entropy + o.entropy,
+            weight: self.weight + o.weight,
+        }
+    }
+}
+
 /// The pieces an update works on.
 pub struct UpdateContext<'a> {
     /// The trainable policy.
@@ -158,7 +184,7 @@ pub fn policy_update(
         if keep.is_empty() {
             return Ok(stats); // every group is flat: nothing to learn this step
         }
-        skipped_rows = batch.select(&keep)?;
+        skipped_rows = batch.select(&keep)?.compact()?;
         &skipped_rows
     } else {
         batch
@@ -178,75 +204,82 @@ pub fn policy_update(
     };
     let settings = StepSettings {
         accumulation: a.gradient_accumulation_steps,
+        workers: a.workers,
         max_grad_norm: a.max_grad_norm,
         lr,
         inject_nan,
     };
     for _ in 0..a.num_iterations {
-        let (mut clip, mut low, mut high, mut ppo_kl, mut kl, mut ent, mut weight) =
-            (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-        let outcome = accumulate_and_step(ctx.params, optimizer, batch, settings, |mb, first| {
-            let len = mb.num_rows();
-            let tokens = scalar(&mb.completion_mask.sum_all().ctx(func)?)?;
-            let out = get_action_log_probs(
-                ctx.model,
-                &mb.input_ids,
-                &mb.attention_mask,
-                batch.completion_len,
-                a.temperature,
-                true,
-            )?;
-            let lp = out.log_probs;
-            let lp_sum = scalar(
-                &lp.detach()
-                    .broadcast_mul(&mb.completion_mask)
-                    .and_then(|x| x.sum_all())
-                    .ctx(func)?,
-            )?;
-            if !lp_sum.is_finite() {
-                return Ok(None);
-            }
-            let old_mb = match &old {
-                Some(o) => o.narrow(0, first, len).ctx(func)?,
-                None => lp.detach(),
-            };
-            let pl = compute_policy_loss(&lp, &old_mb, &mb.advantages, &mb.completion_mask, &opts)?;
-            let mut loss = pl.loss.clone();
-            if let Some(r) = &reference {
-                let k = compute_kl_penalty(
-                    &lp,
-                    &r.narrow(0, first, len).ctx(func)?,
-                    &mb.completion_mask,
-                    estimator,
+        let (outcome, parts) =
+            accumulate_and_step(ctx.params, optimizer, batch, settings, |mb, first| {
+                let len = mb.num_rows();
+                let tokens = scalar(&mb.completion_mask.sum_all().ctx(func)?)?;
+                let out = get_action_log_probs(
+                    ctx.model,
+                    &mb.input_ids,
+                    &mb.attention_mask,
+                    batch.completion_len,
+                    a.temperature,
+                    true,
                 )?;
-                let term = aggregate_loss(&k.kl, &mb.completion_mask, &agg)?;
-                loss = (loss + (term * a.beta).ctx(func)?).ctx(func)?;
-                kl += masked_mean(&k.kl, &mb.completion_mask)? * tokens;
-            }
-            if let Some(entropy) = &out.entropy {
-                if a.entropy_coef > 0.0 {
-                    let term = aggregate_loss(entropy, &mb.completion_mask, &agg)?;
-                    loss = (loss - (term * a.entropy_coef).ctx(func)?).ctx(func)?;
+                let lp = out.log_probs;
+                let lp_sum = scalar(
+                    &lp.detach()
+                        .broadcast_mul(&mb.completion_mask)
+                        .and_then(|x| x.sum_all())
+                        .ctx(func)?,
+                )?;
+                if !lp_sum.is_finite() {
+                    return Ok(None);
                 }
-                ent += masked_mean(entropy, &mb.completion_mask)? * tokens;
-            }
-            clip += pl.clip_frac * tokens;
-            low += pl.clip_frac_low * tokens;
-            high += pl.clip_frac_high * tokens;
-            ppo_kl += pl.ppo_kl * tokens;
-            weight += tokens;
-            Ok(Some(loss))
-        })?;
+                let old_mb = match &old {
+                    Some(o) => o.narrow(0, first, len).ctx(func)?,
+                    None => lp.detach(),
+                };
+                let pl =
+                    compute_policy_loss(&lp, &old_mb, &mb.advantages, &mb.completion_mask, &opts)?;
+                let mut loss = pl.loss.clone();
+                let mut m = MicroStats {
+                    clip: pl.clip_frac * tokens,
+                    low: pl.clip_frac_low * tokens,
+                    high: pl.clip_frac_high * tokens,
+                    ppo_kl: pl.ppo_kl * tokens,
+                    weight: tokens,
+                    ..Default::default()
+                };
+                if let Some(r) = &reference {
+                    let k = compute_kl_penalty(
+                        &lp,
+                        &r.narrow(0, first, len).ctx(func)?,
+                        &mb.completion_mask,
+                        estimator,
+                    )?;
+                    let term = aggregate_loss(&k.kl, &mb.completion_mask, &agg)?;
+                    loss = (loss + (term * a.beta).ctx(func)?).ctx(func)?;
+                    m.kl = masked_mean(&k.kl, &mb.completion_mask)? * tokens;
+                }
+                if let Some(entropy) = &out.entropy {
+                    if a.entropy_coef > 0.0 {
+                        let term = aggregate_loss(entropy, &mb.completion_mask, &agg)?;
+                        loss = (loss - (term * a.entropy_coef).ctx(func)?).ctx(func)?;
+                    }
+                    m.entropy = masked_mean(entropy, &mb.completion_mask)? * tokens;
+                }
+                Ok(Some((loss, m)))
+            })?;
+        let m = parts
+            .into_iter()
+            .fold(MicroStats::default(), MicroStats::add);
         stats.loss = outcome.loss;
         stats.grad_norm = outcome.grad_norm;
-        if weight > 0.0 {
-            stats.clip_frac = clip / weight;
-            stats.clip_frac_low = low / weight;
-            stats.clip_frac_high = high / weight;
-            stats.ppo_kl = ppo_kl / weight;
-            stats.entropy = ent / weight;
+        if m.weight > 0.0 {
+            stats.clip_frac = m.clip / m.weight;
+            stats.clip_frac_low = m.low / m.weight;
+            stats.clip_frac_high = m.high / m.weight;
+            stats.ppo_kl = m.ppo_kl / m.weight;
+            stats.entropy = m.entropy / m.weight;
             if reference.is_some() {
-                stats.kl = kl / weight;
+                stats.kl = m.kl / m.weight;
             }
         }
         if let Some(reason) = outcome.skipped {
