@@ -25,9 +25,26 @@ enum Task {
     TinyModel(tiny_model::TinyModelArgs),
     /// Decode tokens/s, one GRPO step and peak memory on a random-weight model (docs/cuda.md).
     Bench(bench::BenchArgs),
+    /// Redraw a run's PNG charts from its `metrics.jsonl` (e.g. after a chart style change).
+    Charts(ChartsArgs),
     /// Write a dataset spec's train and held-out splits as JSONL (e.g. the synthetic problems,
     /// for `xtask/fixtures/trl_grpo_learning.py`).
     Data(DataArgs),
+}
+
+#[derive(clap::Args)]
+struct ChartsArgs {
+    /// The run's output folder (reads `metrics.jsonl`, writes `charts/`).
+    run: std::path::PathBuf,
+}
+
+fn charts(a: &ChartsArgs) -> Result<()> {
+    use atomrl_trainer::logging::{read_metrics, write_charts};
+    let rows = read_metrics(a.run.join("metrics.jsonl")).map_err(|e| anyhow::anyhow!("{e}"))?;
+    for path in write_charts(&rows, &a.run.join("charts")).map_err(|e| anyhow::anyhow!("{e}"))? {
+        println!("{}", path.display());
+    }
+    Ok(())
 }
 
 #[derive(clap::Args)]
@@ -78,6 +95,7 @@ fn main() -> Result<()> {
         Task::TinyModel(args) => tiny_model::run(&args),
         Task::Bench(args) => bench::run(&args),
         Task::Data(args) => data(&args),
+        Task::Charts(args) => charts(&args),
     }
 }
 

@@ -42,6 +42,10 @@ enum Kind {
     PerFunctionRewards,
     /// Markers joined by a thin line: sparse series such as evaluation results.
     Markers,
+    /// A noisy per-step metric: drawn faint, with its trailing moving average on top (the
+    /// window is 1/50 of the run, at least 1 step), so a trend shows through the noise of
+    /// small batches.
+    Smoothed,
 }
 
 /// One series of a chart. `extra` series are drawn only beside a non-extra one with data.
@@ -79,7 +83,7 @@ const CHARTS: &[Chart] = &[
         title: "Accuracy",
         y_label: "accuracy",
         series: &[
-            series("accuracy", Kind::Line, false),
+            series("accuracy", Kind::Smoothed, false),
             series("eval/accuracy", Kind::Markers, false),
         ],
     },
@@ -229,6 +233,24 @@ fn collect(chart: &Chart, rows: &[MetricRow]) -> Vec<Line> {
             };
             let mut band: Vec<(u64, f64, f64)> = band;
             band.sort_by_key(|b| b.0);
+            if matches!(s.kind, Kind::Smoothed) {
+                let window = (points.len() / 50).max(1);
+                lines.push(Line {
+                    label: key.clone(),
+                    points: points.clone(),
+                    band: Vec::new(),
+                    kind: Kind::Smoothed,
+                    extra: s.extra,
+                });
+                lines.push(Line {
+                    label: format!("{key}, mean of {window} steps"),
+                    points: moving_average(&points, window),
+                    band: Vec::new(),
+                    kind: Kind::Line,
+                    extra: s.extra,
+                });
+                continue;
+            }
             lines.push(Line {
                 label,
                 points,
@@ -239,6 +261,22 @@ fn collect(chart: &Chart, rows: &[MetricRow]) -> Vec<Line> {
         }
     }
     lines
+}
+
+/// Trailing mean of the last `window` values at each point (fewer at the start).
+fn moving_average(points: &[(u64, f64)], window: usize) -> Vec<(u64, f64)> {
+    let mut sum = 0.0;
+    points
+        .iter()
+        .enumerate()
+        .map(|(i, &(step, v))| {
+            sum += v;
+            if i >= window {
+                sum -= points[i - window].1;
+            }
+            (step, sum / (i + 1).min(window) as f64)
+        })
+        .collect()
 }
 
 /// Every `reward/<fn>/mean` key, in order of first appearance.
@@ -336,11 +374,15 @@ fn draw(chart: &Chart, lines: &[Line], path: &Path) -> std::result::Result<(), S
                 .map_err(|e| e.to_string())?;
         }
         let width = match line.kind {
-            Kind::PerFunctionRewards | Kind::Markers => 1,
+            Kind::PerFunctionRewards | Kind::Markers | Kind::Smoothed => 1,
             Kind::Line | Kind::LineWithBand(_) => 2,
         };
         let markers = matches!(line.kind, Kind::Markers) || line.points.len() == 1;
-        let style = color.stroke_width(width);
+        let style = if matches!(line.kind, Kind::Smoothed) {
+            color.mix(0.3).stroke_width(width)
+        } else {
+            color.stroke_width(width)
+        };
         let anno = ctx
             .draw_series(LineSeries::new(line.points.iter().copied(), style))
             .map_err(|e| e.to_string())?;
@@ -433,6 +475,14 @@ fn format_tick(v: f64) -> String {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn moving_average_is_a_trailing_mean() {
+        let pts: Vec<(u64, f64)> = (1..=5).map(|s| (s, s as f64)).collect();
+        let avg = moving_average(&pts, 2);
+        assert_eq!(avg, vec![(1, 1.0), (2, 1.5), (3, 2.5), (4, 3.5), (5, 4.5)]);
+        assert_eq!(moving_average(&pts, 1), pts);
+    }
 
     #[test]
     fn padding_never_yields_an_empty_range() {
