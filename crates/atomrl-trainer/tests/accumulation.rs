@@ -7,7 +7,7 @@
 
 use atomrl_model::{Architecture, CausalLm, ModelConfig};
 use atomrl_trainer::config::{GRPOArgs, Recipe};
-use atomrl_trainer::grpo::{policy_update, TrainingBatch, UpdateContext};
+use atomrl_trainer::grpo::{policy_update, TrainingBatch, UpdateContext, UpdateStats};
 use atomrl_trainer::optim::{AdamW, AdamWConfig};
 use candle_core::{DType, Device};
 
@@ -44,7 +44,13 @@ fn batch() -> TrainingBatch {
     ragged_batch(&[0.9, -0.4, 1.3, -1.1, 0.2, -0.9], |i| 1 + (i * 5) % 6)
 }
 
-fn run(loss_agg: &str, accumulation: usize, workers: usize) -> (f64, f64, Vec<f32>) {
+/// One trainer update of a fresh model on `batch` (no gradient clipping), and the model after it.
+fn update(
+    batch: &TrainingBatch,
+    loss_agg: &str,
+    accumulation: usize,
+    workers: usize,
+) -> (UpdateStats, CausalLm) {
     let m = model();
     let args = GRPOArgs {
         loss_agg: loss_agg.into(),
@@ -61,7 +67,12 @@ fn run(loss_agg: &str, accumulation: usize, workers: usize) -> (f64, f64, Vec<f3
         params: &params,
         args: &args,
     };
-    let stats = policy_update(&ctx, &mut opt, &batch(), 1e-2, false).unwrap();
+    let stats = policy_update(&ctx, &mut opt, batch, 1e-2, false).unwrap();
+    (stats, m)
+}
+
+fn run(loss_agg: &str, accumulation: usize, workers: usize) -> (f64, f64, Vec<f32>) {
+    let (stats, m) = update(&batch(), loss_agg, accumulation, workers);
     let w = m
         .tensor("model.layers.0.self_attn.q_proj.weight")
         .unwrap()
@@ -150,21 +161,7 @@ fn skipping_zero_advantage_rows_is_exact() {
             grads.global_norm().unwrap(),
         );
         // Trainer path: rows 1 and 4 are skipped.
-        let m = model();
-        let args = GRPOArgs {
-            loss_agg: agg.into(),
-            max_grad_norm: 0.0,
-            ..GRPOArgs::preset(Recipe::Grpo)
-        };
-        let params = m.named_vars();
-        let mut opt = AdamW::new(params.clone(), AdamWConfig::default()).unwrap();
-        let ctx = UpdateContext {
-            model: &m,
-            reference: None,
-            params: &params,
-            args: &args,
-        };
-        let stats = policy_update(&ctx, &mut opt, &batch, 1e-2, false).unwrap();
+        let (stats, _) = update(&batch, agg, 1, 1);
         assert!(
             (stats.loss - loss).abs() <= 1e-5 * loss.abs().max(1e-3),
             "{agg}: loss {} vs {loss}",

@@ -169,14 +169,7 @@ impl DataSource {
                 max_ops,
                 max_value,
             } => {
-                let cfg = SyntheticConfig {
-                    num_examples: 0,
-                    seed: *seed,
-                    min_ops: *min_ops,
-                    max_ops: *max_ops,
-                    max_value: *max_value,
-                };
-                cfg.validate()?;
+                let cfg = synthetic_config(*seed, *min_ops, *max_ops, *max_value)?;
                 let (train_set, eval_set) = synthetic_splits_with(&cfg, *train, *eval);
                 Ok(if split == "train" {
                     train_set
@@ -194,6 +187,25 @@ impl DataSource {
             }
         }
     }
+}
+
+/// The generator options of a synthetic source, checked (the set sizes go to
+/// [`synthetic_splits_with`] instead of `num_examples`).
+fn synthetic_config(
+    seed: u64,
+    min_ops: usize,
+    max_ops: usize,
+    max_value: i64,
+) -> Result<SyntheticConfig> {
+    let cfg = SyntheticConfig {
+        num_examples: 0,
+        seed,
+        min_ops,
+        max_ops,
+        max_value,
+    };
+    cfg.validate()?;
+    Ok(cfg)
 }
 
 fn parse_synthetic(s: &str, rest: &str) -> Result<DataSource> {
@@ -232,14 +244,7 @@ fn parse_synthetic(s: &str, rest: &str) -> Result<DataSource> {
             max_value = mv.parse().map_err(|_| bad())?;
         }
     }
-    let cfg = SyntheticConfig {
-        num_examples: 0,
-        seed,
-        min_ops,
-        max_ops,
-        max_value,
-    };
-    cfg.validate()?;
+    synthetic_config(seed, min_ops, max_ops, max_value)?;
     Ok(DataSource::Synthetic {
         train,
         eval,

@@ -72,9 +72,11 @@ pub fn evaluate_sharded(
         total.correct += p.correct;
         total.formatted += p.formatted;
         total.length += p.length;
-        total
-            .samples
-            .extend(p.samples.into_iter().take(3 - total.samples.len().min(3)));
+        total.samples.extend(
+            p.samples
+                .into_iter()
+                .take(3usize.saturating_sub(total.samples.len())),
+        );
     }
     let n = examples.len().max(1) as f64;
     Ok(EvalResult {
