@@ -5,7 +5,8 @@ use atomrl_model::{CausalLm, ForwardInput};
 use candle_core::{DType, Tensor};
 
 use crate::selective::{
-    check_ids, check_temperature, rows_log_softmax, TokenLogProbs, DEFAULT_CHUNK_ELEMENTS,
+    check_ids, check_mask, check_temperature, rows_log_softmax, TokenLogProbs,
+    DEFAULT_CHUNK_ELEMENTS,
 };
 
 /// Log-probabilities (and entropies) of the last `logits_to_keep` tokens of each row under
@@ -126,49 +127,64 @@ pub fn get_action_log_probs_chunked(
     let ids = input_ids.to_dtype(DType::U32).ctx(func)?;
     let vocab = model.config().vocab_size;
     check_ids(func, "input_ids", &ids, vocab)?;
-    let mask = attention_mask.to_dtype(DType::F32).ctx(func)?;
-    let mask_values: Vec<f32> = mask.flatten_all().and_then(|m| m.to_vec1()).ctx(func)?;
-    if let Some(i) = mask_values.iter().position(|&m| m != 0.0 && m != 1.0) {
-        return Err(Error::value(
-            func,
-            format!(
-                "attention_mask[{}]",
-                atomrl_core::shape::unravel(i, &[n, l])
-            ),
-            "0 or 1",
-            mask_values[i],
-        ));
-    }
+    let mask = check_mask(func, "attention_mask", attention_mask)?;
     let t = logits_to_keep;
     let hidden = model.forward_hidden(
         &ForwardInput::new(ids.clone()).with_attention_mask(mask.clone()),
         None,
     )?;
-    let h = hidden.dims()[2];
+    let scoring = hidden.narrow(1, l - 1 - t, t).ctx(func)?;
+    let targets = ids.narrow(1, l - t, t).ctx(func)?;
+    let keep = mask.narrow(1, l - t, t).ctx(func)?;
+    let settings = ScoreSettings {
+        temperature,
+        with_entropy,
+        chunk_elements,
+    };
+    score_hidden(func, model, &scoring, &targets, &keep, &settings)
+}
+
+/// How [`score_hidden`] computes its log-softmax.
+pub(crate) struct ScoreSettings {
+    pub temperature: f64,
+    pub with_entropy: bool,
+    /// Elements of one `[rows, V]` logits chunk.
+    pub chunk_elements: usize,
+}
+
+/// Log-probs (and entropies) of `targets [N, T]` from the hidden states `[N, T, H]` that
+/// predict them: the LM head and log-softmax a chunk of rows at a time, zeroed where
+/// `keep [N, T]` is 0.
+pub(crate) fn score_hidden(
+    func: &str,
+    model: &CausalLm,
+    hidden: &Tensor,
+    targets: &Tensor,
+    keep: &Tensor,
+    settings: &ScoreSettings,
+) -> Result<TokenLogProbs> {
+    let (n, t, h) = hidden.dims3().ctx(func)?;
     let hidden = hidden
-        .narrow(1, l - 1 - t, t)
-        .and_then(|x| x.contiguous())
+        .contiguous()
         .and_then(|x| x.reshape((n * t, h)))
         .ctx(func)?;
-    let targets = ids
-        .narrow(1, l - t, t)
-        .and_then(|x| x.contiguous())
+    let targets = targets
+        .contiguous()
         .and_then(|x| x.reshape(n * t))
         .ctx(func)?;
     let (lp, ent) = rows_log_softmax(
         func,
         n * t,
-        chunk_elements / vocab,
-        with_entropy,
+        settings.chunk_elements / model.config().vocab_size,
+        settings.with_entropy,
         |start, len| {
             let logits = model
                 .logits(&hidden.narrow(0, start, len)?)
                 .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
             Ok((logits, targets.narrow(0, start, len)?))
         },
-        temperature,
+        settings.temperature,
     )?;
-    let keep = mask.narrow(1, l - t, t).ctx(func)?;
     let shape = |x: Tensor| -> Result<Tensor> {
         let x = x.reshape((n, t)).ctx(func)?;
         x.mul(&keep.to_dtype(x.dtype()).ctx(func)?).ctx(func)

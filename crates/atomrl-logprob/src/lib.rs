@@ -6,6 +6,8 @@
 //! - [`get_action_log_probs`]: the model form on an [`atomrl_model::CausalLm`]: one forward
 //!   pass for the hidden states, then the LM head and the log-softmax chunk by chunk, for the
 //!   last `logits_to_keep` tokens (the completion), at a sampling temperature.
+//! - [`get_shared_prompt_log_probs`]: the same numbers for completions grouped by prompt (as
+//!   GRPO samples them), running each prompt through the model once.
 //!
 //! Both are differentiable, so the policy loss's gradient reaches the model.
 //!
@@ -26,6 +28,7 @@
 mod action;
 mod registry;
 mod selective;
+mod shared_prompt;
 
 pub use action::{get_action_log_probs, get_action_log_probs_chunked};
 pub use atomrl_core::{Error, Result};
@@ -33,3 +36,4 @@ pub use registry::functions;
 pub use selective::{
     selective_log_softmax, selective_log_softmax_chunked, TokenLogProbs, DEFAULT_CHUNK_ELEMENTS,
 };
+pub use shared_prompt::{get_shared_prompt_log_probs, SharedPromptBatch};

@@ -221,6 +221,22 @@ fn chunk_log_softmax(
     Ok((lp, ent))
 }
 
+/// Checks that `mask` holds only 0 and 1 (naming `arg` and the first bad position) and returns
+/// it as f32.
+pub(crate) fn check_mask(func: &str, arg: &str, mask: &Tensor) -> Result<Tensor> {
+    let mask = mask.to_dtype(DType::F32).ctx(func)?;
+    let values: Vec<f32> = mask.flatten_all().and_then(|m| m.to_vec1()).ctx(func)?;
+    if let Some(i) = values.iter().position(|&m| m != 0.0 && m != 1.0) {
+        return Err(Error::value(
+            func,
+            format!("{arg}[{}]", atomrl_core::shape::unravel(i, mask.dims())),
+            "0 or 1",
+            values[i],
+        ));
+    }
+    Ok(mask)
+}
+
 /// Checks that every id is below `vocab`, naming the argument and the first offender.
 pub(crate) fn check_ids(func: &str, arg: &str, ids: &Tensor, vocab: usize) -> Result<()> {
     let flat: Vec<u32> = ids.flatten_all().and_then(|t| t.to_vec1()).ctx(func)?;

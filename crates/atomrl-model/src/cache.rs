@@ -81,7 +81,10 @@ impl KvCache {
             .layers
             .iter()
             .map(|l| match l {
-                Some((k, v)) => Ok(Some((k.index_select(rows, 0)?, v.index_select(rows, 0)?))),
+                Some((k, v)) => Ok(Some((
+                    k.contiguous()?.index_select(rows, 0)?,
+                    v.contiguous()?.index_select(rows, 0)?,
+                ))),
                 None => Ok(None),
             })
             .collect::<candle_core::Result<Vec<_>>>()

@@ -10,17 +10,19 @@ use crate::extract::{AnswerSource, ExtractOptions};
 use crate::format::{hard_format_reward, mark_reward, soft_format_reward, MarkOptions};
 use crate::overlong::{overlong_penalty_one, OverlongOptions, OverlongVariant};
 use crate::reward_fn::{RewardContext, RewardFn};
+use crate::steps::step_reward;
 use crate::tags::Tags;
 
 /// The names [`reward_fn_by_name`] accepts (each also under its `atomrl-fn` name, e.g.
 /// `correctness_reward`, `overlong_penalty`).
-pub const REWARD_NAMES: [&str; 6] = [
+pub const REWARD_NAMES: [&str; 7] = [
     "correctness",
     "digit",
     "hard_format",
     "soft_format",
     "mark",
     "overlong",
+    "steps",
 ];
 
 /// [`correctness_reward`] as a [`RewardFn`] named `correctness`; needs `ground_truth`.
@@ -97,6 +99,44 @@ impl RewardFn for HardFormat {
 
     fn score(&self, completions: &[String], _ctx: &RewardContext) -> Result<Tensor> {
         hard_format_reward(completions, &self.tags)
+    }
+}
+
+/// [`step_reward`] as a [`RewardFn`] named `steps`: partial credit for correct arithmetic steps
+/// built from the prompt's numbers (`grounded = false`: arithmetic only, prompts not needed).
+///
+/// # Example
+/// ```
+/// use atomrl_reward::{RewardContext, RewardFn, Steps};
+/// let ctx = RewardContext::new().with_prompts(["3 boxes of 4"]);
+/// let r = Steps::default().score(&["<think>\n3*4=12\n</think>".into()], &ctx)?;
+/// assert_eq!(r.to_vec1::<f32>()?, vec![1.0]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Steps {
+    /// Whether operands must come from the prompt or earlier steps (needs prompts).
+    pub grounded: bool,
+}
+
+impl Default for Steps {
+    fn default() -> Self {
+        Self { grounded: true }
+    }
+}
+
+impl RewardFn for Steps {
+    fn name(&self) -> &str {
+        "steps"
+    }
+
+    fn score(&self, completions: &[String], ctx: &RewardContext) -> Result<Tensor> {
+        let prompts = if self.grounded {
+            Some(ctx.require_prompts(self.name())?)
+        } else {
+            None
+        };
+        step_reward(completions, prompts)
     }
 }
 
@@ -424,6 +464,7 @@ pub fn reward_fn_by_name(name: &str, options: &Value) -> Result<Box<dyn RewardFn
         "soft_format" | "soft_format_reward" => "soft_format",
         "mark" | "mark_reward" => "mark",
         "overlong" | "overlong_penalty" => "overlong",
+        "steps" | "step_reward" => "steps",
         other => {
             return Err(Error::unknown_choice(
                 "reward_fn_by_name",
@@ -447,6 +488,9 @@ pub fn reward_fn_by_name(name: &str, options: &Value) -> Result<Box<dyn RewardFn
         "hard_format" => Box::new(HardFormat { tags: o.tags()? }),
         "soft_format" => Box::new(SoftFormat { tags: o.tags()? }),
         "mark" => Box::new(Mark { opts: o.mark()? }),
+        "steps" => Box::new(Steps {
+            grounded: o.bool("grounded", true)?,
+        }),
         _ => Box::new(o.overlong()?),
     };
     o.finish()?;

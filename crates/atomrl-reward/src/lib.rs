@@ -15,6 +15,7 @@
 //! | [`soft_format_reward`] | the four tags appear in order | {0, 1} |
 //! | [`mark_reward`] | partial credit per well-placed tag, minus trailing text | [0, 0.5] |
 //! | [`overlong_penalty`] | DAPO soft overlong punishment on lengths in tokens | [−factor, 0] |
+//! | [`step_reward`] | fraction of `a op b = c` steps that are right and use the problem's numbers | [0, 1] |
 //!
 //! ```
 //! use atomrl_reward::{reward_fn_by_name, RewardContext, WeightedRewards};
@@ -58,11 +59,12 @@ mod number;
 mod overlong;
 mod registry;
 mod reward_fn;
+mod steps;
 mod tags;
 
 pub use atomrl_core::{Error, Result, RewardBatch};
 pub use builtin::{
-    reward_fn_by_name, Correctness, Digit, HardFormat, Mark, OverlongPenalty, SoftFormat,
+    reward_fn_by_name, Correctness, Digit, HardFormat, Mark, OverlongPenalty, SoftFormat, Steps,
     REWARD_NAMES,
 };
 pub use compose::{compose_rewards, WeightedRewards};
@@ -82,4 +84,5 @@ pub use number::{Number, DEFAULT_TOLERANCE};
 pub use overlong::{overlong_penalty, overlong_penalty_one, OverlongOptions, OverlongVariant};
 pub use registry::functions;
 pub use reward_fn::{FnReward, RewardContext, RewardFn};
+pub use steps::{parse_steps, step_reward, step_score, Step};
 pub use tags::Tags;

@@ -7,7 +7,8 @@ use serde_json::{Map, Value};
 use crate::builtin::Options;
 use crate::{
     answer_number, correctness_reward, digit_reward, extract_answer, extract_gsm8k_ground_truth,
-    hard_format_reward, mark_reward, overlong_penalty, soft_format_reward, OverlongOptions,
+    hard_format_reward, mark_reward, overlong_penalty, soft_format_reward, step_reward,
+    OverlongOptions,
 };
 
 /// The functions this crate registers with `atomrl-fn`.
@@ -32,6 +33,10 @@ pub fn functions() -> Vec<AtomicFn> {
         AtomicFn {
             spec: MARK_REWARD,
             run: run_mark,
+        },
+        AtomicFn {
+            spec: STEP_REWARD,
+            run: run_step,
         },
         AtomicFn {
             spec: OVERLONG_PENALTY,
@@ -312,6 +317,37 @@ fn run_mark(inputs: &Inputs) -> Result<Outputs> {
     let opts = o.mark()?;
     o.finish()?;
     let rewards = mark_reward(&inputs.strings("completions")?, &opts)?;
+    Ok(Outputs::new().tensor("rewards", &rewards))
+}
+
+const STEP_REWARD: FnSpec = FnSpec {
+    name: "step_reward",
+    crate_name: CRATE,
+    summary: "fraction of the a op b = c steps that are right and built from the problem's numbers (process reward)",
+    formula: "\
+A step is a line holding only 'a op b = c' (op one of + - * / x × ÷; a GSM8K calculator
+annotation <<a op b=c>> counts too). A step is good when
+  |c - (a op b)| <= 1e-6 * max(1, |a op b|)   (division by zero is never good)
+and, when prompts are given, each of a and b is a number of the prompt or the result c of an
+earlier step of the same completion (results are remembered even when wrong).
+reward = good steps / steps, 0.0 for a completion without steps.",
+    inputs: &[
+        COMPLETIONS,
+        ArgSpec::text(
+            "prompts",
+            "[N]",
+            "the prompts; without them only the arithmetic is checked",
+        )
+        .not_required(),
+    ],
+    outputs: &[REWARDS],
+    example_input: r#"{"completions": ["<think>\n9*4=36\n36-20=16\n</think>", "<think>\n9*4=36\n36-20=15\n</think>", "<think>\n9*6=54\n54-20=34\n</think>", "16"], "prompts": ["9 rows of 4 plants, 20 do not grow", "9 rows of 4 plants, 20 do not grow", "9 rows of 4 plants, 20 do not grow", "9 rows of 4 plants, 20 do not grow"]}"#,
+    example_output: r#"{"rewards": {"shape": [4], "data": [1.0, 0.5, 0.5, 0.0]}}"#,
+};
+
+fn run_step(inputs: &Inputs) -> Result<Outputs> {
+    let prompts = inputs.opt_strings("prompts")?;
+    let rewards = step_reward(&inputs.strings("completions")?, prompts.as_deref())?;
     Ok(Outputs::new().tensor("rewards", &rewards))
 }
 

@@ -1,13 +1,17 @@
 //! The padded tensors of a policy update, built from rollout rows.
 
+use std::collections::HashMap;
+
 use atomrl_core::{CandleContext, Result};
+use atomrl_logprob::SharedPromptBatch;
 use candle_core::{Device, Tensor};
 
 /// Padded inputs of one update.
 ///
 /// # Shapes
 /// `input_ids [R, P + T]` (u32: left-padded prompt then right-padded completion),
-/// `attention_mask [R, P + T]` (f32), `completion_mask [R, T]` (f32), `advantages [R]`.
+/// `attention_mask [R, P + T]` (f32), `completion_mask [R, T]` (f32), `advantages [R]`,
+/// `prompt_groups` (R entries).
 #[derive(Debug, Clone)]
 pub struct TrainingBatch {
     /// Prompt and completion ids.
@@ -20,6 +24,9 @@ pub struct TrainingBatch {
     pub advantages: Tensor,
     /// Completion width `T`.
     pub completion_len: usize,
+    /// Per row, an id shared by the rows with the same prompt tokens (ids in order of first
+    /// appearance in [`TrainingBatch::build`]'s rows).
+    pub prompt_groups: Vec<u32>,
 }
 
 impl TrainingBatch {
@@ -43,6 +50,8 @@ impl TrainingBatch {
         let mut ids = Vec::with_capacity(n * width);
         let mut mask = Vec::with_capacity(n * width);
         let mut cmask = Vec::with_capacity(n * t);
+        let mut groups: HashMap<&[u32], u32> = HashMap::new();
+        let mut prompt_groups = Vec::with_capacity(n);
         for (&(prompt, completion), &counts) in rows.iter().zip(loss_row) {
             let lp = prompt.len();
             let lc = completion.len();
@@ -56,6 +65,8 @@ impl TrainingBatch {
             let on = if counts { 1f32 } else { 0f32 };
             cmask.extend(std::iter::repeat_n(on, lc));
             cmask.extend(std::iter::repeat_n(0f32, t - lc));
+            let next = groups.len() as u32;
+            prompt_groups.push(*groups.entry(prompt).or_insert(next));
         }
         Ok(Self {
             input_ids: Tensor::from_vec(ids, (n, width), device).ctx(func)?,
@@ -63,6 +74,7 @@ impl TrainingBatch {
             completion_mask: Tensor::from_vec(cmask, (n, t), device).ctx(func)?,
             advantages: Tensor::new(advantages, device).ctx(func)?,
             completion_len: t,
+            prompt_groups,
         })
     }
 
@@ -78,6 +90,7 @@ impl TrainingBatch {
             completion_mask: self.completion_mask.narrow(0, start, len).ctx(func)?,
             advantages: self.advantages.narrow(0, start, len).ctx(func)?,
             completion_len: self.completion_len,
+            prompt_groups: self.prompt_groups[start..start + len].to_vec(),
         })
     }
 
@@ -94,6 +107,10 @@ impl TrainingBatch {
             completion_mask: self.completion_mask.index_select(&idx, 0).ctx(func)?,
             advantages: self.advantages.index_select(&idx, 0).ctx(func)?,
             completion_len: self.completion_len,
+            prompt_groups: indices
+                .iter()
+                .map(|&i| self.prompt_groups[i as usize])
+                .collect(),
         })
     }
 
@@ -127,7 +144,46 @@ impl TrainingBatch {
             completion_mask: self.completion_mask.narrow(1, 0, t).ctx(func)?,
             advantages: self.advantages.clone(),
             completion_len: t,
+            prompt_groups: self.prompt_groups.clone(),
         })
+    }
+
+    /// The rows grouped by prompt, each distinct prompt once, for
+    /// [`atomrl_logprob::get_shared_prompt_log_probs`]; `None` when no two rows share a prompt
+    /// (nothing to save).
+    ///
+    /// # Errors
+    /// Tensor failures.
+    pub fn shared_prompts(&self) -> Result<Option<SharedPromptBatch>> {
+        let func = "TrainingBatch::shared_prompts";
+        // Local prompt numbers in order of first appearance, and the first row of each.
+        let mut local: HashMap<u32, u32> = HashMap::new();
+        let mut first_rows = Vec::new();
+        let mut prompt_index = Vec::with_capacity(self.prompt_groups.len());
+        for (row, group) in self.prompt_groups.iter().enumerate() {
+            let next = local.len() as u32;
+            let id = *local.entry(*group).or_insert_with(|| {
+                first_rows.push(row as u32);
+                next
+            });
+            prompt_index.push(id);
+        }
+        if first_rows.len() == prompt_index.len() {
+            return Ok(None);
+        }
+        let device = self.input_ids.device();
+        let width = self.input_ids.dim(1).ctx(func)?;
+        let p = width - self.completion_len;
+        let firsts = Tensor::new(first_rows, device).ctx(func)?;
+        let prompts = |x: &Tensor| x.narrow(1, 0, p)?.contiguous()?.index_select(&firsts, 0);
+        let completions = |x: &Tensor| x.narrow(1, p, self.completion_len)?.contiguous();
+        Ok(Some(SharedPromptBatch {
+            prompt_ids: prompts(&self.input_ids).ctx(func)?,
+            prompt_mask: prompts(&self.attention_mask).ctx(func)?,
+            completion_ids: completions(&self.input_ids).ctx(func)?,
+            completion_mask: completions(&self.attention_mask).ctx(func)?,
+            prompt_index: Tensor::new(prompt_index, device).ctx(func)?,
+        }))
     }
 
     /// Number of rows `R`.
@@ -160,5 +216,35 @@ mod tests {
         // Nothing to drop: the same batch.
         let full = b.compact().unwrap();
         assert_eq!(full.input_ids.dims(), b.input_ids.dims());
+    }
+
+    #[test]
+    fn shared_prompts_keep_each_prompt_once() {
+        let d = Device::Cpu;
+        let (a, b) = ([1u32, 2, 3], [4u32]);
+        let rows: [(&[u32], &[u32]); 4] = [(&a, &[5, 6]), (&b, &[7]), (&a, &[8]), (&b, &[9, 9])];
+        let batch = TrainingBatch::build(&rows, &[1.0; 4], &[true; 4], 0, &d).unwrap();
+        assert_eq!(batch.prompt_groups, vec![0, 1, 0, 1]);
+        // After dropping the first row, prompt `b` comes first.
+        let shared = batch
+            .select(&[1, 2, 3])
+            .unwrap()
+            .shared_prompts()
+            .unwrap()
+            .unwrap();
+        let prompts: Vec<Vec<u32>> = shared.prompt_ids.to_vec2().unwrap();
+        assert_eq!(prompts, vec![vec![0, 0, 4], vec![1, 2, 3]]);
+        assert_eq!(shared.prompt_index.to_vec1::<u32>().unwrap(), vec![0, 1, 0]);
+        let completions: Vec<Vec<u32>> = shared.completion_ids.to_vec2().unwrap();
+        assert_eq!(completions, vec![vec![7, 0], vec![8, 0], vec![9, 9]]);
+        let cmask: Vec<Vec<f32>> = shared.completion_mask.to_vec2().unwrap();
+        assert_eq!(cmask, vec![vec![1.0, 0.0], vec![1.0, 0.0], vec![1.0, 1.0]]);
+        // Distinct prompts only: nothing to share.
+        assert!(batch
+            .select(&[0, 1])
+            .unwrap()
+            .shared_prompts()
+            .unwrap()
+            .is_none());
     }
 }

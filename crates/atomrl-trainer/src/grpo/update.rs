@@ -4,7 +4,7 @@
 use std::str::FromStr;
 
 use atomrl_core::{CandleContext, Result};
-use atomrl_logprob::get_action_log_probs;
+use atomrl_logprob::{get_action_log_probs, get_shared_prompt_log_probs, TokenLogProbs};
 use atomrl_loss::{
     aggregate_loss, compute_kl_penalty, compute_policy_loss, AggOptions, KlEstimator, LossAgg,
     PolicyLossOptions, RatioLevel,
@@ -101,6 +101,31 @@ fn masked_mean(values: &Tensor, mask: &Tensor) -> Result<f64> {
     })
 }
 
+/// Log-probs (and entropies) of the completion tokens of `batch` under `model`: each prompt
+/// goes through the model once for all its completions
+/// ([`get_shared_prompt_log_probs`], the same numbers), except under gradient checkpointing,
+/// whose memory saving needs the rows run whole.
+fn batch_log_probs(
+    model: &CausalLm,
+    batch: &TrainingBatch,
+    temperature: f64,
+    with_entropy: bool,
+) -> Result<TokenLogProbs> {
+    if !model.gradient_checkpointing() {
+        if let Some(shared) = batch.shared_prompts()? {
+            return get_shared_prompt_log_probs(model, &shared, temperature, with_entropy);
+        }
+    }
+    get_action_log_probs(
+        model,
+        &batch.input_ids,
+        &batch.attention_mask,
+        batch.completion_len,
+        temperature,
+        with_entropy,
+    )
+}
+
 /// Log-probs of the completion tokens under `model` without a graph, micro-batch by
 /// micro-batch (`[R, T]`).
 fn detached_log_probs(
@@ -115,17 +140,7 @@ fn detached_log_probs(
     while start < batch.num_rows() {
         let len = micro.min(batch.num_rows() - start);
         let mb = batch.rows(start, len)?;
-        parts.push(
-            get_action_log_probs(
-                &view,
-                &mb.input_ids,
-                &mb.attention_mask,
-                batch.completion_len,
-                temperature,
-                false,
-            )?
-            .log_probs,
-        );
+        parts.push(batch_log_probs(&view, &mb, temperature, false)?.log_probs);
         start += len;
     }
     Tensor::cat(&parts, 0).ctx("update")
@@ -214,14 +229,7 @@ pub fn policy_update(
             accumulate_and_step(ctx.params, optimizer, batch, settings, |mb, first| {
                 let len = mb.num_rows();
                 let tokens = scalar(&mb.completion_mask.sum_all().ctx(func)?)?;
-                let out = get_action_log_probs(
-                    ctx.model,
-                    &mb.input_ids,
-                    &mb.attention_mask,
-                    batch.completion_len,
-                    a.temperature,
-                    true,
-                )?;
+                let out = batch_log_probs(ctx.model, mb, a.temperature, true)?;
                 let lp = out.log_probs;
                 let lp_sum = scalar(
                     &lp.detach()

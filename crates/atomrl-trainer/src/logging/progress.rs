@@ -137,7 +137,10 @@ impl Progress {
 pub fn progress_summary(row: &MetricRow) -> String {
     let mut parts: Vec<String> = SHOWN
         .iter()
-        .filter_map(|&(key, label)| row.get(key).map(|v| format!("{label} {}", fmt_value(v))))
+        .filter_map(|&(key, label)| row.get(key).map(|v| (key, label, v)))
+        // A NaN KL is how a step without a reference model (β = 0) records "not computed".
+        .filter(|&(key, _, v)| !(key == "kl" && v.is_nan()))
+        .map(|(_, label, v)| format!("{label} {}", fmt_value(v)))
         .collect();
     if let Some(s) = row.get("time/step_s") {
         parts.push(format!("{s:.1} s/step"));
@@ -181,6 +184,15 @@ mod tests {
         assert_eq!(
             progress_summary(&MetricRow::new(1).with("kl", 0.002).with("other", 1.0)),
             "kl 0.0020"
+        );
+        // β = 0 records the KL as NaN: not shown; a NaN loss is.
+        assert_eq!(
+            progress_summary(
+                &MetricRow::new(1)
+                    .with("kl", f64::NAN)
+                    .with("loss", f64::NAN)
+            ),
+            "loss NaN"
         );
     }
 
