@@ -56,7 +56,7 @@ struct Cli {
     #[arg(long, default_value = "runs/grpo_gsm8k")]
     output_dir: PathBuf,
     /// Optimizer steps (default: 800 for the embedded run, 320 with `--recipe dapo`, either
-    /// stopped early by its 280 s time budget on a slower machine; the recipe's for a real model).
+    /// ended early by its 280 s time budget on a slower machine; the recipe's for a real model).
     #[arg(long)]
     max_steps: Option<usize>,
     /// Stop training after this many seconds (0 = no limit).
@@ -90,11 +90,12 @@ fn quoted(key: &str, value: &str) -> String {
 
 /// Settings of the embedded run: 8 prompts x 8 completions per step on two data-parallel
 /// workers, lr 2e-4 decaying linearly to 0 over 800 steps (DAPO: 320), with a 280 s training
-/// budget as a safety net, so that a clean clone's compile (~4-6 min on two cores) and the run
-/// together stay within ten minutes. The step counts fit the budget on the slowest 2-core
-/// machine measured (~0.33 s a GRPO step, ~0.8 s a DAPO step); where they fit, the run is the
-/// same on every machine, only faster. Measured: 14.4% -> 37.6% held-out greedy accuracy
-/// (+23.2 points) in 264 s; DAPO 14.4% -> 36.0% (+21.6) in 252 s. Tried and dropped (see
+/// budget that the decay also follows (`lr_schedule_on_budget`), so that a clean clone's
+/// compile (~4-6 min on two cores) and the run together stay near ten minutes. Where the steps
+/// fit the budget (~0.32 s a GRPO step, ~0.8 s a DAPO step on the slowest 2-core machine
+/// measured) the run is the same on every machine, only faster; on a slower one it ends
+/// early, with the rate decayed. Measured: 14.4% -> 37.6% held-out greedy accuracy (+23.2
+/// points) in 256 s; DAPO 14.4% -> 36.0% (+21.6) in 252 s. Tried and dropped (see
 /// docs/recipes.md and `model/BUILD.md`): 4 or 2 prompts per step, lr 3e-4, G = 16,
 /// temperatures 0.5 / 0.7 / 1.3, entropy bonuses, 16 prompts per step, μ = 2 with
 /// clip-higher, the `steps` process reward.
@@ -114,6 +115,7 @@ fn embedded_defaults(recipe: RecipeArg) -> Vec<String> {
         "loss_agg=\"token_mean\"",
         "max_steps=800",
         "time_budget_s=280",
+        "lr_schedule_on_budget=true",
         "eval_steps=0",
         "save_steps=50",
         "logging_steps=10",

@@ -95,6 +95,13 @@ pub struct GRPOArgs {
     /// Stop training after this many seconds (then evaluate and save as at the last step);
     /// 0 = no limit. The number of steps then depends on the machine's speed.
     pub time_budget_s: f64,
+    /// With a time budget, let the learning-rate schedule run on whichever ends first, the
+    /// steps or the budget: after warm-up it is at `max(step / max_steps, elapsed /
+    /// time_budget_s)` of its course, so a machine too slow for `max_steps` still ends its run
+    /// with the decayed rate. A machine fast enough for the steps follows the step schedule
+    /// exactly. Time counts from this invocation's first step, over the budget the opening
+    /// evaluation left (a resumed run compresses the rest of its schedule into its own budget).
+    pub lr_schedule_on_budget: bool,
     /// Passes over the training data (used when `max_steps` is 0).
     pub epochs: usize,
     /// Prompts per step (GRPO) or examples per step (SFT).
@@ -236,6 +243,7 @@ impl GRPOArgs {
             output_dir: "runs/atomrl".into(),
             max_steps: 0,
             time_budget_s: 0.0,
+            lr_schedule_on_budget: false,
             epochs: 1,
             batch_size: 8,
             num_generations: 8,

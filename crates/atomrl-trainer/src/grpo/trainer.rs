@@ -20,7 +20,7 @@ use crate::checkpoint::{latest_checkpoint, load_trainer_state, save_checkpoint, 
 use crate::config::GRPOArgs;
 use crate::data::{DataSource, EpochSampler, Example, SplitMix64};
 use crate::logging::{MetricRow, MetricsLogger};
-use crate::optim::{learning_rate, warmup_steps, AdamW, AdamWConfig};
+use crate::optim::{budget_schedule_step, learning_rate, warmup_steps, AdamW, AdamWConfig};
 
 /// What a finished run reports.
 #[derive(Debug, Clone)]
@@ -224,17 +224,35 @@ impl Trainer {
             None
         };
         let warmup = warmup_steps(self.args.warmup_steps, self.args.warmup_ratio, total);
+        let start_step = state.step as usize;
+        // The schedule's clock starts with the first step: the budget left after the opening
+        // evaluation is what the steps share, and a machine fast enough for them stays on the
+        // step schedule from the start.
+        let steps_started = Instant::now();
+        let steps_budget = (self.args.time_budget_s - started.elapsed().as_secs_f64()).max(1e-3);
         let mut last_checkpoint = None;
         let mut eval_after = None;
         while (state.step as usize) < total {
             let step = state.step + 1;
+            let schedule_step = if self.args.lr_schedule_on_budget {
+                budget_schedule_step(
+                    state.step as usize,
+                    start_step,
+                    total,
+                    warmup,
+                    steps_started.elapsed().as_secs_f64(),
+                    steps_budget,
+                )
+            } else {
+                state.step as usize
+            };
             let lr = learning_rate(
                 self.args.lr_scheduler,
                 self.args.lr,
                 warmup,
                 total,
                 self.args.min_lr_ratio,
-                state.step as usize,
+                schedule_step,
             );
             let mut row = match self.args.recipe {
                 crate::config::Recipe::Sft => self.sft_step(step, lr, &mut sampler)?,

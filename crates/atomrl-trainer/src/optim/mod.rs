@@ -7,4 +7,4 @@ mod schedule;
 
 pub use adamw::{AdamW, AdamWConfig};
 pub use grads::Gradients;
-pub use schedule::{learning_rate, warmup_steps};
+pub use schedule::{budget_schedule_step, learning_rate, warmup_steps};

@@ -52,6 +52,39 @@ pub fn warmup_steps(warmup_steps: usize, warmup_ratio: f64, total: usize) -> usi
     }
 }
 
+/// The step the schedule should be at when the run is bounded by a time budget too
+/// (`lr_schedule_on_budget`): the further along of the steps and the time. `step` is the
+/// optimizer step about to run, `start_step` the step this invocation began at (0, or the
+/// resumed one), `elapsed_s` the seconds since it began; the rest of the schedule, from
+/// `start_step` to `total`, is laid over the budget. Warm-up follows the steps alone.
+/// Returns `step` when `budget_s` is 0.
+///
+/// ```
+/// use atomrl_trainer::optim::budget_schedule_step;
+/// // Half the budget gone at step 10 of 100: the schedule is at step 50.
+/// assert_eq!(budget_schedule_step(10, 0, 100, 0, 30.0, 60.0), 50);
+/// // A fast machine: the steps are ahead of the time.
+/// assert_eq!(budget_schedule_step(80, 0, 100, 0, 30.0, 60.0), 80);
+/// // Resumed at step 60 with half of this invocation's budget gone: 60 + 40 / 2.
+/// assert_eq!(budget_schedule_step(61, 60, 100, 0, 30.0, 60.0), 80);
+/// assert_eq!(budget_schedule_step(10, 0, 100, 0, 30.0, 0.0), 10);
+/// ```
+pub fn budget_schedule_step(
+    step: usize,
+    start_step: usize,
+    total: usize,
+    warmup: usize,
+    elapsed_s: f64,
+    budget_s: f64,
+) -> usize {
+    if budget_s <= 0.0 || step < warmup || total == 0 {
+        return step;
+    }
+    let share = (elapsed_s / budget_s).clamp(0.0, 1.0);
+    let by_time = start_step as f64 + share * total.saturating_sub(start_step) as f64;
+    step.max(by_time.floor() as usize).min(total - 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,5 +97,19 @@ mod tests {
             assert!(learning_rate(s, 2.0, 3, 20, 0.25, 10) < 2.0);
         }
         assert_eq!(learning_rate(LrSchedule::Constant, 2.0, 4, 20, 0.0, 1), 1.0);
+    }
+
+    #[test]
+    fn a_schedule_on_the_budget_ends_decayed_when_the_time_runs_out() {
+        let at = |elapsed| budget_schedule_step(300, 0, 800, 0, elapsed, 200.0);
+        assert_eq!(at(0.0), 300);
+        assert_eq!(at(200.0), 799);
+        assert_eq!(at(1000.0), 799);
+        assert_eq!(
+            learning_rate(LrSchedule::Linear, 2e-4, 0, 800, 0.0, at(200.0)),
+            0.0
+        );
+        // Warm-up is not compressed.
+        assert_eq!(budget_schedule_step(3, 0, 800, 10, 150.0, 200.0), 3);
     }
 }
