@@ -229,7 +229,12 @@ impl Trainer {
         // evaluation is what the steps share, and a machine fast enough for them stays on the
         // step schedule from the start.
         let steps_started = Instant::now();
-        let steps_budget = (self.args.time_budget_s - started.elapsed().as_secs_f64()).max(1e-3);
+        // No budget (0) leaves the schedule on the steps.
+        let steps_budget = if self.args.time_budget_s > 0.0 {
+            (self.args.time_budget_s - started.elapsed().as_secs_f64()).max(1e-3)
+        } else {
+            0.0
+        };
         let mut last_checkpoint = None;
         let mut eval_after = None;
         while (state.step as usize) < total {
