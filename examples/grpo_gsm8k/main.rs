@@ -2,7 +2,7 @@
 //!
 //! With no arguments it trains the small model shipped in `examples/grpo_gsm8k/model/` on
 //! synthetic grade-school word problems, offline, in about five minutes on two CPU cores, and
-//! shows held-out accuracy before and after (measured: 14.4% -> 37.6%). With `--model` /
+//! shows held-out accuracy before and after (measured: 14.4% -> 36.2%). With `--model` /
 //! `--dataset` / `--device` it runs the real recipe (e.g. Qwen2.5-0.5B-Instruct on
 //! openai/gsm8k on a GPU); see docs/recipes.md.
 
@@ -94,8 +94,8 @@ fn quoted(key: &str, value: &str) -> String {
 /// compile (~4-6 min on two cores) and the run together stay near ten minutes. Where the steps
 /// fit the budget (~0.32 s a GRPO step, ~0.8 s a DAPO step on the slowest 2-core machine
 /// measured) the run is the same on every machine, only faster; on a slower one it ends
-/// early, with the rate decayed. Measured: 14.4% -> 37.6% held-out greedy accuracy (+23.2
-/// points) in 256 s; DAPO 14.4% -> 36.0% (+21.6) in 252 s. Tried and dropped (see
+/// early, with the rate decayed. Measured: 14.4% -> 36.2% held-out greedy accuracy (+21.8
+/// points) in 267 s; DAPO 14.4% -> 34.0% (+19.6) in 257 s. Tried and dropped (see
 /// docs/recipes.md and `model/BUILD.md`): 4 or 2 prompts per step, lr 3e-4, G = 16,
 /// temperatures 0.5 / 0.7 / 1.3, entropy bonuses, 16 prompts per step, μ = 2 with
 /// clip-higher, the `steps` process reward.

@@ -39,8 +39,9 @@ pub struct BenchArgs {
     /// `cpu`, `cuda` or `cuda:N` (CUDA needs `--features cuda`).
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// Model shape: `tiny` (0.1 M parameters), `4m` (3.7 M, the shape of bench_hf_generate.py) or
-    /// `qwen2.5-0.5b` (494 M).
+    /// Model shape: `tiny` (0.1 M parameters), `4m` (3.7 M, the shape of bench_hf_generate.py),
+    /// `qwen2.5-0.5b` (494 M) or `wide-vocab` (Qwen's 151,936-token vocabulary on a 64-wide,
+    /// 2-layer body: the LM head and log-softmax dominate, to measure their memory on a CPU).
     #[arg(long, default_value = "tiny")]
     pub shape: String,
     /// Compute dtypes to measure (master weights are always f32).
@@ -87,8 +88,9 @@ pub fn shape_config(shape: &str) -> Result<ModelConfig> {
     let (vocab, hidden, inter, layers, heads, kv) = match shape {
         "tiny" => (512, 64, 128, 2, 4, 2),
         "4m" => (2048, 256, 768, 4, 4, 2),
+        "wide-vocab" => (151_936, 64, 128, 2, 4, 2),
         "qwen2.5-0.5b" => (151_936, 896, 4864, 24, 14, 2),
-        other => bail!("unknown --shape {other}: tiny, 4m or qwen2.5-0.5b"),
+        other => bail!("unknown --shape {other}: tiny, 4m, qwen2.5-0.5b or wide-vocab"),
     };
     let mut c = ModelConfig::new(Architecture::Qwen2, vocab, hidden, inter, layers, heads, kv)?;
     c.tie_word_embeddings = true;

@@ -6,6 +6,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod device_check;
 mod tiny_model;
 
 #[derive(Parser)]
@@ -25,6 +26,9 @@ enum Task {
     TinyModel(tiny_model::TinyModelArgs),
     /// Decode tokens/s, one GRPO step and peak memory on a random-weight model (docs/cuda.md).
     Bench(bench::BenchArgs),
+    /// Check that a device (a GPU) computes what the CPU does: logits, log-probs, gradients,
+    /// LoRA, gradient checkpointing, KV-cache decoding, in f32 and bf16; then a few GRPO steps.
+    DeviceCheck(device_check::DeviceCheckArgs),
     /// Redraw a run's PNG charts from its `metrics.jsonl` (e.g. after a chart style change).
     Charts(ChartsArgs),
     /// Write a dataset spec's train and held-out splits as JSONL (e.g. the synthetic problems,
@@ -94,6 +98,7 @@ fn main() -> Result<()> {
         Task::Deps => deps(),
         Task::TinyModel(args) => tiny_model::run(&args),
         Task::Bench(args) => bench::run(&args),
+        Task::DeviceCheck(args) => device_check::run(&args).map(|_| ()),
         Task::Data(args) => data(&args),
         Task::Charts(args) => charts(&args),
     }

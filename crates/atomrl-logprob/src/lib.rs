@@ -26,6 +26,7 @@
 #![deny(missing_docs)]
 
 mod action;
+mod fused;
 mod registry;
 mod selective;
 mod shared_prompt;

@@ -6,7 +6,9 @@ use atomrl_core::{
 use atomrl_model::CausalLm;
 use candle_core::{DType, Device, Tensor};
 
-use crate::{get_action_log_probs, selective_log_softmax};
+use crate::{
+    get_action_log_probs, get_shared_prompt_log_probs, selective_log_softmax, SharedPromptBatch,
+};
 
 /// The functions this crate registers with `atomrl-fn`.
 pub fn functions() -> Vec<AtomicFn> {
@@ -14,6 +16,10 @@ pub fn functions() -> Vec<AtomicFn> {
         AtomicFn {
             spec: GET_ACTION_LOG_PROBS,
             run: run_get_action_log_probs,
+        },
+        AtomicFn {
+            spec: GET_SHARED_PROMPT_LOG_PROBS,
+            run: run_get_shared_prompt_log_probs,
         },
         AtomicFn {
             spec: SELECTIVE_LOG_SOFTMAX,
@@ -90,12 +96,27 @@ fn run_get_action_log_probs(inputs: &Inputs) -> Result<Outputs> {
             mask.dims(),
         ));
     }
+    check_right_padded(func, "attention_mask", &mask)?;
+    let dir = atomrl_model::model_dir_arg(inputs)?;
+    let model = CausalLm::from_hf_dir(&dir, DType::F32, &Device::Cpu)?;
+    let out = get_action_log_probs(&model, &ids, &mask, l - 1, temperature, true)?;
+    let entropy = out
+        .entropy
+        .ok_or_else(|| Error::missing(func, "entropy", "an entropy output"))?;
+    Ok(Outputs::new()
+        .tensor("log_probs", &out.log_probs)
+        .tensor("entropy", &entropy))
+}
+
+/// Checks that `mask [N, L]` holds 0/1 with no 1 after a 0 in a row, naming `arg` and the
+/// first bad position.
+fn check_right_padded(func: &str, arg: &str, mask: &Tensor) -> Result<()> {
     let rows: Vec<Vec<f32>> = mask.to_vec2().ctx(func)?;
     for (r, row) in rows.iter().enumerate() {
         if let Some(j) = row.iter().position(|&m| m != 0.0 && m != 1.0) {
             return Err(Error::value(
                 func,
-                format!("attention_mask[{r}, {j}]"),
+                format!("{arg}[{r}, {j}]"),
                 "0 or 1",
                 row[j],
             ));
@@ -103,15 +124,87 @@ fn run_get_action_log_probs(inputs: &Inputs) -> Result<Outputs> {
         if let Some(j) = row.windows(2).position(|w| w[0] == 0.0 && w[1] == 1.0) {
             return Err(Error::value(
                 func,
-                "attention_mask",
+                arg,
                 "right-padded (no 1 after a 0)",
                 format!("a 1 after a 0 in row {r} at column {}", j + 1),
             ));
         }
     }
+    Ok(())
+}
+
+const GET_SHARED_PROMPT_LOG_PROBS: FnSpec = FnSpec {
+    name: "get_shared_prompt_log_probs",
+    crate_name: "atomrl-logprob",
+    summary: "Per-token log-probabilities and entropies of completions that share prompts, one \
+              forward pass per prompt",
+    formula: "\
+k                = prompt_index[n]                  (the prompt of completion n)
+x[n]             = prompt_ids[k] ++ completion_ids[n]   (left-padded prompt, right-padded completion)
+z[n, t]          = model(x[n]).logits at the position before completion token t, / temperature
+log_probs[n, t]  = log_softmax(z[n, t])[completion_ids[n, t]]
+entropy[n, t]    = logsumexp(z[n, t]) - sum_v softmax(z[n, t])_v z[n, t, v]
+Both are 0 where completion_mask[n, t] = 0.
+
+The same numbers as get_action_log_probs on the concatenated rows, but each distinct prompt
+runs through the model once and its KV cache is shared by its completions (in training the
+gradients of the G completions sum into the one prompt pass).",
+    inputs: &[
+        ArgSpec::path(
+            "model_dir",
+            "Hugging Face model folder (config.json, model.safetensors)",
+        ),
+        ArgSpec::tensor("prompt_ids", "[K, P]", "u32", "the distinct prompts, left-padded"),
+        ArgSpec::tensor(
+            "prompt_mask",
+            "[K, P]",
+            "f32",
+            "1 on real prompt tokens, 0 on left padding (last column all 1)",
+        ),
+        ArgSpec::tensor("completion_ids", "[N, T]", "u32", "one completion per row, right-padded"),
+        ArgSpec::tensor(
+            "completion_mask",
+            "[N, T]",
+            "f32",
+            "1 on real completion tokens, 0 on right padding",
+        ),
+        ArgSpec::tensor("prompt_index", "[N]", "u32", "the prompt of each completion (< K)"),
+        ArgSpec::option("temperature", "f64", "1.0", "divides the logits (> 0)"),
+    ],
+    outputs: &[
+        OutputSpec::new(
+            "log_probs",
+            "[N, T]",
+            "f32",
+            "log-probability of each completion token",
+        ),
+        OutputSpec::new(
+            "entropy",
+            "[N, T]",
+            "f32",
+            "entropy of each next-token distribution",
+        ),
+    ],
+    example_input: r#"{"model_dir": "tests/fixtures/reference/models/tiny-qwen2", "prompt_ids": [[1, 40, 41], [0, 1, 50]], "prompt_mask": [[1, 1, 1], [0, 1, 1]], "completion_ids": [[42, 2], [43, 0], [51, 52]], "completion_mask": [[1, 1], [1, 0], [1, 1]], "prompt_index": [0, 0, 1]}"#,
+    example_output: r#"{"log_probs": {"shape": [3, 2], "data": [-13.007544, -12.840654, -13.402482, 0.0, -9.686754, -3.9203658]}, "entropy": {"shape": [3, 2], "data": [3.9019666, 4.350643, 3.9019666, 0.0, 2.1407962, 4.1511536]}}"#,
+};
+
+fn run_get_shared_prompt_log_probs(inputs: &Inputs) -> Result<Outputs> {
+    let func = "get_shared_prompt_log_probs";
+    let batch = SharedPromptBatch {
+        prompt_ids: inputs.id_tensor("prompt_ids")?,
+        prompt_mask: inputs.float_tensor("prompt_mask")?,
+        completion_ids: inputs.id_tensor("completion_ids")?,
+        completion_mask: inputs.float_tensor("completion_mask")?,
+        prompt_index: inputs.id_tensor("prompt_index")?,
+    };
+    let temperature = inputs.opt_f64("temperature")?.unwrap_or(1.0);
+    if batch.completion_mask.rank() == 2 {
+        check_right_padded(func, "completion_mask", &batch.completion_mask)?;
+    }
     let dir = atomrl_model::model_dir_arg(inputs)?;
     let model = CausalLm::from_hf_dir(&dir, DType::F32, &Device::Cpu)?;
-    let out = get_action_log_probs(&model, &ids, &mask, l - 1, temperature, true)?;
+    let out = get_shared_prompt_log_probs(&model, &batch, temperature, true)?;
     let entropy = out
         .entropy
         .ok_or_else(|| Error::missing(func, "entropy", "an entropy output"))?;
@@ -171,10 +264,32 @@ fn run_selective_log_softmax(inputs: &Inputs) -> Result<Outputs> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use atomrl_core::Inputs;
+
     #[test]
     fn worked_examples_match_their_stored_outputs() {
         for f in super::functions() {
             atomrl_core::check_example(&f).unwrap();
         }
+    }
+
+    #[test]
+    fn a_completion_mask_with_a_hole_is_refused_by_name() {
+        let mut v: serde_json::Value =
+            serde_json::from_str(super::GET_SHARED_PROMPT_LOG_PROBS.example_input).unwrap();
+        v["model_dir"] = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/reference/models/tiny-qwen2"
+        )
+        .into();
+        v["completion_mask"] = serde_json::json!([[0, 1], [1, 0], [1, 1]]);
+        let inputs = Inputs::from_json(&super::GET_SHARED_PROMPT_LOG_PROBS, v).unwrap();
+        let err = super::run_get_shared_prompt_log_probs(&inputs)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`completion_mask`") && err.contains("right-padded"),
+            "{err}"
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! computed a chunk of rows at a time.
 
 use atomrl_core::{CandleContext, Error, Result};
-use candle_core::{DType, Tensor, D};
+use candle_core::{DType, Tensor};
 
 /// Default number of `V`-wide rows processed at once: chunks are capped at
 /// [`DEFAULT_CHUNK_ELEMENTS`] elements, e.g. 110 rows for Qwen's 151,936-token vocabulary.
@@ -173,7 +173,9 @@ pub(crate) fn rows_log_softmax(
     while start < rows {
         let len = chunk_rows.min(rows - start);
         let (logits, tokens) = chunk(start, len).ctx(func)?;
-        let (lp, ent) = chunk_log_softmax(&logits, &tokens, temperature, with_entropy).ctx(func)?;
+        let (lp, ent) =
+            crate::fused::chunk_log_softmax(&logits, &tokens, temperature, with_entropy)
+                .ctx(func)?;
         lps.push(lp);
         ents.extend(ent);
         start += len;
@@ -181,40 +183,6 @@ pub(crate) fn rows_log_softmax(
     let lp = Tensor::cat(&lps, 0).ctx(func)?;
     let ent = if with_entropy {
         Some(Tensor::cat(&ents, 0).ctx(func)?)
-    } else {
-        None
-    };
-    Ok((lp, ent))
-}
-
-/// One chunk: `logits [R, V]`, `tokens [R]` → `log_probs [R]`, `entropy [R]`.
-fn chunk_log_softmax(
-    logits: &Tensor,
-    tokens: &Tensor,
-    temperature: f64,
-    with_entropy: bool,
-) -> candle_core::Result<(Tensor, Option<Tensor>)> {
-    let x = match logits.dtype() {
-        DType::F64 | DType::F32 => logits.clone(),
-        _ => logits.to_dtype(DType::F32)?,
-    };
-    let x = if temperature == 1.0 {
-        x
-    } else {
-        x.affine(1.0 / temperature, 0.0)?
-    };
-    // Shifted by the (detached) row max: log-softmax does not depend on the shift.
-    let max = x.max_keepdim(D::Minus1)?.detach();
-    let shifted = x.broadcast_sub(&max)?;
-    let exp = shifted.exp()?;
-    let sum = exp.sum_keepdim(D::Minus1)?;
-    let log_sum = sum.log()?;
-    let chosen = shifted.gather(&tokens.unsqueeze(1)?, 1)?;
-    let lp = (chosen - &log_sum)?.squeeze(1)?;
-    let ent = if with_entropy {
-        // H = log Σe − Σ e·s / Σe, with s the shifted logits.
-        let weighted = (exp * &shifted)?.sum_keepdim(D::Minus1)?;
-        Some((log_sum - weighted.broadcast_div(&sum)?)?.squeeze(1)?)
     } else {
         None
     };

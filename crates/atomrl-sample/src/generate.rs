@@ -6,6 +6,7 @@ use candle_core::{DType, Device, Tensor};
 
 use crate::chat::ChatTokenizer;
 use crate::decoder::{check_prompts, BatchDecoder, CacheMode};
+use crate::device_pick::{self, Noise};
 use crate::params::SamplingParams;
 use crate::process::{sample_row, RowRng};
 use crate::rollout::{FinishReason, RolloutBatch};
@@ -23,8 +24,12 @@ use crate::rollout::{FinishReason, RolloutBatch};
 ///   span several tokens), or after `max_new_tokens` tokens (`length`). Finished rows are
 ///   dropped from the running batch and its KV cache.
 /// - Sampling: see [`process_logits_row`](crate::process_logits_row) (temperature 0 =
-///   greedy). Row `r` draws from its own generator [`RowRng::new(seed, r)`](RowRng), so the
-///   same seed gives the same completions, whatever else runs in the batch.
+///   greedy). On the CPU, row `r` draws from its own generator
+///   [`RowRng::new(seed, r)`](RowRng), so the same seed gives the same completions, whatever
+///   else runs in the batch. On a GPU, unfiltered sampling (no top-k, top-p, min-p or
+///   repetition penalty) draws on the device by Gumbel-max from the device's generator seeded
+///   with `seed`, so that only the sampled ids cross to the host each step: the same seed on
+///   the same device gives the same completions for the same batch.
 /// - `sampling_log_probs`: `log softmax(logits / T)` of the sampled token under the raw
 ///   logits (no repetition penalty, no top-k/top-p/min-p truncation; `T = 1` when greedy),
 ///   which is what `get_action_log_probs(model, ids, mask, T, temperature)` recomputes.
@@ -91,7 +96,22 @@ pub fn generate_samples_with(
     stop_decoder: Option<&ChatTokenizer>,
     mode: CacheMode,
 ) -> Result<RolloutBatch> {
+    generate(model, prompts, params, stop_decoder, mode, false)
+}
+
+/// The decoding loop. Tokens are drawn on the model's device when
+/// [`device_pick::applies`] (a GPU, unfiltered sampling), or when `force_device_pick` is set
+/// (tests of that path on the CPU; only for unfiltered `params`), else on the host.
+fn generate(
+    model: &CausalLm,
+    prompts: &[Vec<u32>],
+    params: &SamplingParams,
+    stop_decoder: Option<&ChatTokenizer>,
+    mode: CacheMode,
+    force_device_pick: bool,
+) -> Result<RolloutBatch> {
     let func = "generate_samples";
+    debug_assert!(!force_device_pick || device_pick::is_unfiltered(params));
     params.validate()?;
     check_prompts(func, prompts, model.config().vocab_size)?;
     let stops = match (params.stop_strings.is_empty(), stop_decoder) {
@@ -124,22 +144,42 @@ pub fn generate_samples_with(
         Vec::new()
     };
     let mut scratch = Vec::new();
+    let mut device_noise = (force_device_pick || device_pick::applies(params, view.device()))
+        .then(|| Noise::for_device(view.device(), params.seed));
     loop {
-        let flat = logits
-            .to_dtype(DType::F32)
-            .and_then(|t| t.flatten_all())
-            .and_then(|t| t.to_vec1::<f32>())
-            .ctx(func)?;
         let active = decoder.active_rows().to_vec();
+        let picks: Vec<(u32, f32)> = match device_noise.as_mut() {
+            Some(noise) => {
+                let (tokens, lps) = device_pick::pick(&logits, params.temperature, noise)?;
+                tokens.into_iter().zip(lps).collect()
+            }
+            None => {
+                let flat = logits
+                    .to_dtype(DType::F32)
+                    .and_then(|t| t.flatten_all())
+                    .and_then(|t| t.to_vec1::<f32>())
+                    .ctx(func)?;
+                let mut picks = Vec::with_capacity(active.len());
+                for (&row, raw) in active.iter().zip(flat.chunks(vocab)) {
+                    let history = if penalised {
+                        histories[row].as_slice()
+                    } else {
+                        &[]
+                    };
+                    picks.push(sample_row(
+                        raw,
+                        params,
+                        history,
+                        &mut rngs[row],
+                        &mut scratch,
+                    ));
+                }
+                picks
+            }
+        };
         let mut keep = Vec::with_capacity(active.len());
         let mut next = Vec::with_capacity(active.len());
-        for (a, (&row, raw)) in active.iter().zip(flat.chunks(vocab)).enumerate() {
-            let history = if penalised {
-                histories[row].as_slice()
-            } else {
-                &[]
-            };
-            let (tok, lp) = sample_row(raw, params, history, &mut rngs[row], &mut scratch);
+        for (a, (&row, (tok, lp))) in active.iter().zip(picks).enumerate() {
             completions[row].push(tok);
             log_probs[row].push(lp);
             if penalised {
@@ -258,4 +298,89 @@ fn assemble(
         sampling_log_probs: Tensor::from_vec(lps, (r, t), dev).ctx(func)?,
         group_index: (0..r).map(|row| row / g).collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn model() -> CausalLm {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/reference/models/tiny-qwen2"
+        );
+        CausalLm::from_hf_dir(dir, DType::F32, &Device::Cpu).unwrap()
+    }
+
+    fn run(params: &SamplingParams, on_device: bool) -> RolloutBatch {
+        let prompts = vec![vec![1, 20, 30], vec![40]];
+        generate(
+            &model(),
+            &prompts,
+            params,
+            None,
+            CacheMode::KvCache,
+            on_device,
+        )
+        .unwrap()
+    }
+
+    /// The device path's log-probs are what `get_action_log_probs` recomputes from one full
+    /// forward over the sampled sequences.
+    fn assert_log_probs_match_a_full_forward(out: &RolloutBatch, temperature: f64) {
+        let (ids, mask) = out.full_sequences().unwrap();
+        let t = out.completion_ids.dims()[1];
+        let temperature = if temperature > 0.0 { temperature } else { 1.0 };
+        let want =
+            atomrl_logprob::get_action_log_probs(&model(), &ids, &mask, t, temperature, false)
+                .unwrap()
+                .log_probs;
+        let d = (&out.sampling_log_probs - want)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(d < 1e-4, "max |log-prob difference| {d}");
+    }
+
+    #[test]
+    fn greedy_on_the_device_path_equals_the_host_path() {
+        let p = SamplingParams {
+            temperature: 0.0,
+            max_new_tokens: 6,
+            num_generations: 2,
+            ..Default::default()
+        };
+        let (host, device) = (run(&p, false), run(&p, true));
+        assert_eq!(
+            host.completion_rows().unwrap(),
+            device.completion_rows().unwrap()
+        );
+        assert_log_probs_match_a_full_forward(&device, 0.0);
+    }
+
+    #[test]
+    fn sampling_on_the_device_path_reports_the_log_probs_of_its_draws() {
+        let p = SamplingParams {
+            temperature: 0.8,
+            max_new_tokens: 6,
+            num_generations: 3,
+            seed: 5,
+            stop_token_ids: vec![3],
+            ..Default::default()
+        };
+        let out = run(&p, true);
+        assert_eq!(out.num_rows(), 6);
+        assert_log_probs_match_a_full_forward(&out, 0.8);
+        // Seeded: the same draws again.
+        assert_eq!(
+            out.completion_rows().unwrap(),
+            run(&p, true).completion_rows().unwrap()
+        );
+    }
 }

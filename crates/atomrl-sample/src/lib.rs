@@ -42,6 +42,7 @@
 
 mod chat;
 mod decoder;
+mod device_pick;
 mod generate;
 mod params;
 mod process;
