@@ -46,6 +46,8 @@ struct Attention {
     kv_heads: usize,
     head_dim: usize,
     eps: f64,
+    /// Candle's forward-only kernels for RMSNorm and softmax (generation views).
+    fused: bool,
 }
 
 impl Attention {
@@ -75,11 +77,25 @@ impl Attention {
         let mut k = self.k.forward(x, train)?.reshape((n, l, nkv, hd))?;
         let v = self.v.forward(x, train)?.reshape((n, l, nkv, hd))?;
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
-            q = rms_norm(&q, qn, self.eps)?;
-            k = rms_norm(&k, kn, self.eps)?;
+            q = rms_norm(&q, qn, self.eps, self.fused)?;
+            k = rms_norm(&k, kn, self.eps, self.fused)?;
         }
-        let q = apply_rope(&q.transpose(1, 2)?.contiguous()?, rope.0, rope.1)?;
-        let k = apply_rope(&k.transpose(1, 2)?.contiguous()?, rope.0, rope.1)?;
+        let (q, k) = (
+            q.transpose(1, 2)?.contiguous()?,
+            k.transpose(1, 2)?.contiguous()?,
+        );
+        let (q, k) = if self.fused {
+            // `rope` holds the half-width tables here (`Network::hidden`).
+            (
+                candle_nn::rotary_emb::rope(&q, rope.0, rope.1)?,
+                candle_nn::rotary_emb::rope(&k, rope.0, rope.1)?,
+            )
+        } else {
+            (
+                apply_rope(&q, rope.0, rope.1)?,
+                apply_rope(&k, rope.0, rope.1)?,
+            )
+        };
         let v = v.transpose(1, 2)?.contiguous()?;
         let (k, v) = match slot {
             Some(slot) => {
@@ -92,14 +108,41 @@ impl Attention {
             }
             None => (k, v),
         };
-        let k = repeat_kv(&k, nh / nkv)?;
-        let v = repeat_kv(&v, nh / nkv)?;
-        let scores = (q.matmul(&k.t()?)? * (1.0 / (hd as f64).sqrt()))?;
-        let scores = bias.apply(&scores)?;
-        let p = softmax_last(&scores)?;
-        let out = p.matmul(&v)?.transpose(1, 2)?.reshape((n, l, nh * hd))?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let out = if self.fused {
+            grouped_attention(&q, &k, &v, bias, scale)?
+        } else {
+            let k = repeat_kv(&k, nh / nkv)?;
+            let v = repeat_kv(&v, nh / nkv)?;
+            let scores = bias.apply(&(q.matmul(&k.t()?)? * scale)?)?;
+            softmax_last(&scores, false)?.matmul(&v)?
+        };
+        let out = out.transpose(1, 2)?.reshape((n, l, nh * hd))?;
         self.o.forward(&out, train)
     }
+}
+
+/// Attention of `q [N, H, L, d]` over `k, v [N, KV, S, d]` without repeating the key/value
+/// heads: the `H / KV` query heads of a group are stacked into the rows of one matmul against
+/// their shared keys (`[N, KV, (H/KV)·L, d]`, a view of `q`), so no `[N, H, S, d]` copies of
+/// the cache are made. The scores are viewed back per head for the mask and the softmax. Fused
+/// kernels throughout (generation views only) → `[N, H, L, d]`.
+fn grouped_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    bias: &AttentionBias,
+    scale: f64,
+) -> Result<Tensor> {
+    let (n, h, l, d) = q.dims4()?;
+    let (kv, s) = (k.dim(1)?, k.dim(2)?);
+    let rows = (h / kv) * l;
+    let scores = (q.reshape((n, kv, rows, d))?.matmul(&k.t()?)? * scale)?;
+    let scores = bias.apply(&scores.reshape((n, h, l, s))?)?;
+    let p = softmax_last(&scores, true)?;
+    p.reshape((n, kv, rows, s))?
+        .matmul(v)?
+        .reshape((n, h, l, d))
 }
 
 #[derive(Debug, Clone)]
@@ -132,6 +175,7 @@ pub(crate) struct DecoderLayer {
     input_norm: Tensor,
     post_attn_norm: Tensor,
     eps: f64,
+    fused: bool,
 }
 
 impl DecoderLayer {
@@ -143,6 +187,7 @@ impl DecoderLayer {
             input_norm: f(&self.input_norm)?,
             post_attn_norm: f(&self.post_attn_norm)?,
             eps: self.eps,
+            fused: self.fused,
         })
     }
 
@@ -163,11 +208,18 @@ impl DecoderLayer {
         slot: Option<&mut Option<(Tensor, Tensor)>>,
         train: bool,
     ) -> Result<Tensor> {
-        let h = rms_norm(x, &self.input_norm, self.eps)?;
+        let h = rms_norm(x, &self.input_norm, self.eps, self.fused)?;
         let x = (x + self.attn.forward(&h, rope, bias, slot, train)?)?;
-        let h = rms_norm(&x, &self.post_attn_norm, self.eps)?;
+        let h = rms_norm(&x, &self.post_attn_norm, self.eps, self.fused)?;
         x + self.mlp.forward(&h, train)?
     }
+}
+
+/// `[N, 1, L, d]` rotate-half tables (duplicated halves) → the `[N, L, d/2]` form of
+/// `candle_nn::rotary_emb::rope`.
+fn half_table(t: &Tensor) -> Result<Tensor> {
+    let d = t.dim(3)?;
+    t.narrow(3, 0, d / 2)?.squeeze(1)?.contiguous()
 }
 
 /// The whole network with its tensors.
@@ -183,6 +235,8 @@ pub(crate) struct Network {
     tied: bool,
     /// Recompute each decoder layer in backward instead of keeping its activations.
     pub checkpoint: bool,
+    /// Candle's forward-only RMSNorm and softmax kernels (generation views only).
+    pub(crate) fused: bool,
 }
 
 impl Network {
@@ -212,6 +266,7 @@ impl Network {
                 kv_heads: c.num_key_value_heads,
                 head_dim: c.head_dim,
                 eps: c.rms_norm_eps,
+                fused: false,
             };
             let mlp = Mlp {
                 gate: linear(src, &format!("{p}.mlp.gate_proj"), false)?,
@@ -224,6 +279,7 @@ impl Network {
                 input_norm: src.get(&format!("{p}.input_layernorm.weight"))?,
                 post_attn_norm: src.get(&format!("{p}.post_attention_layernorm.weight"))?,
                 eps: c.rms_norm_eps,
+                fused: false,
             });
         }
         let head_weight = if c.tie_word_embeddings {
@@ -245,6 +301,7 @@ impl Network {
             hidden: c.hidden_size,
             tied: c.tie_word_embeddings,
             checkpoint: false,
+            fused: false,
         })
     }
 
@@ -300,6 +357,14 @@ impl Network {
             self.embed
                 .index_select(&ids.flatten_all()?, 0)?
                 .reshape((n, l, self.hidden))?;
+        // Fused layers take the half-width tables candle's rope kernel reads, made once here.
+        let half;
+        let rope = if self.fused {
+            half = (half_table(rope.0)?, half_table(rope.1)?);
+            (&half.0, &half.1)
+        } else {
+            rope
+        };
         for (i, layer) in self.layers.iter().enumerate() {
             let slot = cache.as_deref_mut().map(|c| &mut c[i]);
             x = if self.checkpoint && slot.is_none() {
@@ -308,7 +373,17 @@ impl Network {
                 layer.forward(&x, rope, bias, slot, train)?
             };
         }
-        rms_norm(&x, &self.norm, self.eps)
+        rms_norm(&x, &self.norm, self.eps, self.fused)
+    }
+
+    /// Uses candle's forward-only RMSNorm, softmax and RoPE kernels (`true`; only for a network
+    /// of detached tensors) or the differentiable tensor-op forms (see [`crate::ops`]).
+    pub fn set_fused_kernels(&mut self, fused: bool) {
+        self.fused = fused;
+        for layer in &mut self.layers {
+            layer.fused = fused;
+            layer.attn.fused = fused;
+        }
     }
 
     /// Logits `[.., V]` of hidden states `[.., H]`.

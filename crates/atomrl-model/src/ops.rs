@@ -1,14 +1,30 @@
 //! Differentiable building blocks: RMSNorm, softmax, rotary embeddings, grouped-query heads.
 //!
-//! Candle's fused `rms_norm`, `softmax_last_dim` and `rope` kernels have no backward; these are
-//! written from tensor ops that all backpropagate.
+//! Candle's fused `rms_norm` and `softmax_last_dim` kernels have no backward, so the model
+//! uses forms written from tensor ops that all backpropagate. Generation views
+//! ([`CausalLm::generation_view`](crate::CausalLm::generation_view)) ask for the fused kernels
+//! (`fused = true`): one kernel instead of five to seven, which matters on a GPU, where each op
+//! is a launch, and for small-batch decoding on the CPU. Scoring passes (old and reference
+//! log-probs) keep the tensor-op forms, so that they compute exactly what the training forward
+//! computes (an importance ratio of exactly 1 before an update, a KL of exactly 0 to an equal
+//! reference), as verl and TRL recompute log-probs with the training engine rather than the
+//! rollout engine.
 
 use candle_core::{DType, Result, Tensor, D};
 
+/// Whether no tensor of `ts` is on a backward graph (a forward-only kernel would cut it).
+fn no_graph(ts: &[&Tensor]) -> bool {
+    ts.iter().all(|t| !t.track_op())
+}
+
 /// `x / sqrt(mean(x², -1) + eps) * w`, computed in f32 for half-precision inputs (as
-/// transformers does).
-pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+/// transformers does); candle's kernel when `fused` and nothing needs a gradient.
+pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64, fused: bool) -> Result<Tensor> {
     let dtype = x.dtype();
+    if fused && no_graph(&[x, weight]) && matches!(dtype, DType::F32 | DType::BF16 | DType::F16) {
+        // The kernel sums the squares in f32 for every dtype, as below.
+        return candle_nn::ops::rms_norm(&x.contiguous()?, &weight.contiguous()?, eps as f32);
+    }
     let xf = if matches!(dtype, DType::BF16 | DType::F16) {
         x.to_dtype(DType::F32)?
     } else {
@@ -20,14 +36,19 @@ pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> 
 }
 
 /// Softmax over the last dimension; the max is detached (softmax does not depend on the shift,
-/// so the gradient is exact and the max's backward is skipped). Half precision runs in f32.
-pub(crate) fn softmax_last(x: &Tensor) -> Result<Tensor> {
+/// so the gradient is exact and the max's backward is skipped). Half precision runs in f32;
+/// candle's kernel when `fused` and nothing needs a gradient.
+pub(crate) fn softmax_last(x: &Tensor, fused: bool) -> Result<Tensor> {
     let dtype = x.dtype();
     let xf = if matches!(dtype, DType::BF16 | DType::F16) {
         x.to_dtype(DType::F32)?
     } else {
         x.clone()
     };
+    if fused && no_graph(&[x]) {
+        // In f32 for half precision: candle's CPU kernel would sum in the input dtype.
+        return candle_nn::ops::softmax_last_dim(&xf.contiguous()?)?.to_dtype(dtype);
+    }
     let max = xf.max_keepdim(D::Minus1)?.detach();
     let e = xf.broadcast_sub(&max)?.exp()?;
     let s = e.sum_keepdim(D::Minus1)?;

@@ -35,8 +35,8 @@ use crate::rollout::{FinishReason, RolloutBatch};
 ///   which is what `get_action_log_probs(model, ids, mask, T, temperature)` recomputes.
 /// - Padding id: `stop_decoder`'s pad id, else 0.
 ///
-/// The model is used through an inference view ([`CausalLm::detached`]): no backward graph
-/// is recorded.
+/// The model is used through an inference view ([`CausalLm::generation_view`]): no backward
+/// graph is recorded, and RMSNorm and softmax run candle's fused kernels.
 ///
 /// # Shapes
 /// `B` prompts of any lengths → a [`RolloutBatch`] of `R = B·G` rows: `prompt_ids [R, P]`,
@@ -126,7 +126,7 @@ fn generate(
         }
     };
     let pad_id = stop_decoder.map_or(0, ChatTokenizer::pad_token_id);
-    let view = model.detached();
+    let view = model.generation_view();
     let g = params.num_generations;
     let r_total = prompts.len() * g;
     let vocab = model.config().vocab_size;
