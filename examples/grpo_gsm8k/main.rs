@@ -188,6 +188,10 @@ fn run(cli: Cli) -> Result<()> {
     } else {
         real_defaults()
     };
+    if !cli.device.starts_with("cpu") {
+        // Data-parallel workers are a CPU feature (the embedded defaults use two).
+        overrides.push("workers=1".into());
+    }
     overrides.push(quoted("model", &model));
     overrides.push(quoted("dataset", &dataset));
     let eval = cli.eval_dataset.clone().unwrap_or_else(|| dataset.clone());
