@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use atomrl_logprob::{get_action_log_probs, get_shared_prompt_log_probs, SharedPromptBatch};
-use atomrl_model::{CausalLm, ForwardInput, LoraConfig};
+use atomrl_model::{Architecture, CausalLm, ForwardInput, LoraConfig, ModelConfig};
 use atomrl_sample::{generate_samples, SamplingParams};
 use atomrl_trainer::config::load_args;
 use atomrl_trainer::run::run_recipe;
@@ -247,6 +247,18 @@ fn repo_root() -> PathBuf {
     } else {
         PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
     }
+}
+
+/// A random model with a vocabulary of `FUSED_HEAD_MIN_VOCAB` + 1,000 tokens, written to
+/// `scratch/wide-vocab`: the fixtures' vocabularies are small, and from that size on scoring
+/// fuses the LM head with the log-softmax (another custom op to check on the device).
+pub fn wide_vocab_model(scratch: &Path) -> Result<PathBuf> {
+    let vocab = atomrl_logprob::FUSED_HEAD_MIN_VOCAB + 1_000;
+    let mut c = ModelConfig::new(Architecture::Qwen2, vocab, 32, 64, 2, 4, 2)?;
+    c.initializer_range = 0.1;
+    let dir = scratch.join("wide-vocab");
+    CausalLm::from_config_random(c, 17, DType::F32, &Device::Cpu)?.save_hf(&dir)?;
+    Ok(dir)
 }
 
 /// The default model folders.
@@ -604,8 +616,12 @@ fn check_grpo(device: &str, steps: usize, extra: &[&str]) -> Result<serde_json::
 /// Runs every check; fails when one is out of bounds.
 pub fn run(a: &DeviceCheckArgs) -> Result<Vec<Comparison>> {
     let device = select_device(&a.device)?;
+    let scratch =
+        std::env::temp_dir().join(format!("atomrl-device-check-models-{}", std::process::id()));
     let models = if a.models.is_empty() {
-        default_models()
+        let mut m = default_models();
+        m.push(wide_vocab_model(&scratch)?);
+        m
     } else {
         a.models.clone()
     };
@@ -618,6 +634,7 @@ pub fn run(a: &DeviceCheckArgs) -> Result<Vec<Comparison>> {
     for dir in &models {
         check_model(dir, &device, &mut report)?;
     }
+    std::fs::remove_dir_all(&scratch).ok();
     let mut grpo = vec![];
     if a.grpo_steps > 0 {
         grpo.push(check_grpo(&a.device, a.grpo_steps, &[])?);
@@ -668,13 +685,19 @@ mod tests {
     /// same device), which also shows that the comparison is not vacuous.
     #[test]
     fn the_cpu_agrees_with_itself_and_bf16_stays_within_bounds() {
+        let scratch =
+            std::env::temp_dir().join(format!("atomrl-device-check-test-{}", std::process::id()));
         let args = DeviceCheckArgs {
             device: "cpu".into(),
-            models: default_models()[..2].to_vec(),
+            models: vec![
+                default_models()[0].clone(),
+                wide_vocab_model(&scratch).unwrap(),
+            ],
             grpo_steps: 1,
             json: None,
         };
         let rows = run(&args).unwrap();
+        std::fs::remove_dir_all(&scratch).ok();
         assert_eq!(rows.len(), 2 * 2 * 9);
         let same_code = [
             "/ logits /",

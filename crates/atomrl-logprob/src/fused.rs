@@ -16,7 +16,7 @@
 
 use candle_core::{
     backend::{BackendDevice, BackendStorage},
-    CpuStorage, CudaStorage, CustomOp1, DType, Layout, Result, Shape, Tensor, D,
+    CpuStorage, CudaStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor, D,
 };
 
 /// The dtype the log-softmax is computed in: f64 stays f64, everything else runs in f32.
@@ -121,30 +121,119 @@ impl CustomOp1 for LogSoftmaxGrad {
     }
 
     fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
-        let s = Shifted::new(&arg.detach(), self.temperature)?;
-        let g = grad_res.detach().to_dtype(s.shifted.dtype())?;
-        let g_lp = g.narrow(1, 0, 1)?.contiguous()?;
-        // coef = g_lp + g_H (log p + H): the softmax-weighted part of both gradients.
-        let coef = if self.with_entropy {
-            let g_h = g.narrow(1, 1, 1)?;
-            let log_p = s.shifted.broadcast_sub(&s.log_sum)?;
-            let h = s.entropy()?;
-            log_p
-                .broadcast_add(&h)?
-                .broadcast_mul(&g_h)?
-                .broadcast_add(&g_lp)?
-        } else {
-            g_lp.clone()
-        };
-        let p = s.exp.broadcast_div(&s.sum)?;
-        let dx = p.broadcast_mul(&coef)?.neg()?;
-        let dx = dx.scatter_add(&self.tokens.unsqueeze(1)?, &g_lp, 1)?;
-        let dx = if self.temperature == 1.0 {
-            dx
-        } else {
-            dx.affine(1.0 / self.temperature, 0.0)?
-        };
+        let dx = logits_grad(
+            &arg.detach(),
+            &self.tokens,
+            self.temperature,
+            self.with_entropy,
+            grad_res,
+        )?;
         Ok(Some(dx.to_dtype(arg.dtype())?))
+    }
+}
+
+/// The vector-Jacobian product of the log-prob and entropy columns `grad_res [R, 2]` with
+/// respect to `logits [R, V]` (module docs), in the compute dtype.
+fn logits_grad(
+    logits: &Tensor,
+    tokens: &Tensor,
+    temperature: f64,
+    with_entropy: bool,
+    grad_res: &Tensor,
+) -> Result<Tensor> {
+    let s = Shifted::new(logits, temperature)?;
+    let g = grad_res.detach().to_dtype(s.shifted.dtype())?;
+    let g_lp = g.narrow(1, 0, 1)?.contiguous()?;
+    // coef = g_lp + g_H (log p + H): the softmax-weighted part of both gradients.
+    let coef = if with_entropy {
+        let g_h = g.narrow(1, 1, 1)?;
+        let log_p = s.shifted.broadcast_sub(&s.log_sum)?;
+        let h = s.entropy()?;
+        log_p
+            .broadcast_add(&h)?
+            .broadcast_mul(&g_h)?
+            .broadcast_add(&g_lp)?
+    } else {
+        g_lp.clone()
+    };
+    let p = s.exp.broadcast_div(&s.sum)?;
+    let dx = p.broadcast_mul(&coef)?.neg()?;
+    let dx = dx.scatter_add(&tokens.unsqueeze(1)?, &g_lp, 1)?;
+    if temperature == 1.0 {
+        Ok(dx)
+    } else {
+        dx.affine(1.0 / temperature, 0.0)
+    }
+}
+
+/// The gradient carrier of the LM head fused with the log-softmax: arguments `hidden [R, H]`
+/// and the head's `weight [V, H]`, forward zeros `[R, 2]`; backward recomputes the logits
+/// `hidden · weightᵀ` and returns `(dx · weight, dxᵀ · hidden)`, with `dx` the gradient with
+/// respect to the logits (none for a frozen weight).
+struct HeadLogSoftmaxGrad {
+    tokens: Tensor,
+    temperature: f64,
+    with_entropy: bool,
+}
+
+impl CustomOp2 for HeadLogSoftmaxGrad {
+    fn name(&self) -> &'static str {
+        "atomrl-head-log-softmax-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        _l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let shape = LogSoftmaxGrad::out_shape(l1)?;
+        let n = shape.elem_count();
+        let zeros = match compute_dtype(s2.dtype()) {
+            DType::F64 => CpuStorage::F64(vec![0.0; n]),
+            _ => CpuStorage::F32(vec![0.0; n]),
+        };
+        Ok((zeros, shape))
+    }
+
+    fn cuda_fwd(
+        &self,
+        _s1: &CudaStorage,
+        l1: &Layout,
+        s2: &CudaStorage,
+        _l2: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        let shape = LogSoftmaxGrad::out_shape(l1)?;
+        let zeros = s2.device().zeros_impl(&shape, compute_dtype(s2.dtype()))?;
+        Ok((zeros, shape))
+    }
+
+    fn bwd(
+        &self,
+        hidden: &Tensor,
+        weight: &Tensor,
+        _res: &Tensor,
+        grad_res: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let w = weight.detach();
+        let h = hidden.detach().to_dtype(w.dtype())?;
+        let logits = h.matmul(&w.t()?)?;
+        let dx = logits_grad(
+            &logits,
+            &self.tokens,
+            self.temperature,
+            self.with_entropy,
+            grad_res,
+        )?
+        .to_dtype(w.dtype())?;
+        let grad_hidden = dx.matmul(&w)?.to_dtype(hidden.dtype())?;
+        let grad_weight = if weight.track_op() {
+            Some(dx.t()?.matmul(&h)?)
+        } else {
+            None
+        };
+        Ok((Some(grad_hidden), grad_weight))
     }
 }
 
@@ -165,6 +254,45 @@ pub(crate) fn chunk_log_softmax(
         temperature,
         with_entropy,
     })?;
+    add_carrier(lp, ent, &carrier)
+}
+
+/// One chunk of hidden states `hidden [R, H]` through the LM head `weight [V, H]` (no bias)
+/// and the log-softmax: `log_probs [R]`, `entropy [R]` of `tokens [R]`, differentiable with
+/// respect to both through one graph node that keeps neither the `[R, V]` logits nor any
+/// intermediate: the backward recomputes the head (one more `[R, H] × [H, V]` matmul).
+pub(crate) fn chunk_head_log_softmax(
+    hidden: &Tensor,
+    weight: &Tensor,
+    tokens: &Tensor,
+    temperature: f64,
+    with_entropy: bool,
+) -> Result<(Tensor, Option<Tensor>)> {
+    let logits = hidden
+        .detach()
+        .to_dtype(weight.dtype())?
+        .matmul(&weight.detach().t()?)?;
+    let (lp, ent) = values(&logits, tokens, temperature, with_entropy)?;
+    if !hidden.track_op() && !weight.track_op() {
+        return Ok((lp, ent));
+    }
+    let carrier = hidden.apply_op2(
+        weight,
+        HeadLogSoftmaxGrad {
+            tokens: tokens.clone(),
+            temperature,
+            with_entropy,
+        },
+    )?;
+    add_carrier(lp, ent, &carrier)
+}
+
+/// Adds the carrier's zero columns to the values, putting them on the graph.
+fn add_carrier(
+    lp: Tensor,
+    ent: Option<Tensor>,
+    carrier: &Tensor,
+) -> Result<(Tensor, Option<Tensor>)> {
     let lp = (lp + carrier.narrow(1, 0, 1)?.squeeze(1)?)?;
     let ent = match ent {
         Some(e) => Some((e + carrier.narrow(1, 1, 1)?.squeeze(1)?)?),
@@ -274,6 +402,50 @@ mod tests {
     fn half_precision_logits_get_half_precision_gradients() {
         // Both forms compute in f32 and round the gradient to bf16 at the end.
         agrees(DType::BF16, 0.9, true, 2e-2);
+    }
+
+    /// The head fused with the log-softmax: values and the gradients of both the hidden
+    /// states and the weight agree with `hidden · weightᵀ` followed by the tensor-op form; a
+    /// frozen (detached) weight gets none and the hidden states still get theirs.
+    #[test]
+    fn the_fused_head_matches_a_matmul_then_log_softmax() {
+        let d = Device::Cpu;
+        let (r, h, v) = (6, 5, 13);
+        for (t, with_entropy) in [(1.0, true), (0.7, false), (1.3, true)] {
+            for frozen in [false, true] {
+                let hid = Var::from_tensor(&Tensor::randn(0f32, 1.0, (r, h), &d).unwrap()).unwrap();
+                let w0 = Tensor::randn(0f32, 1.0, (v, h), &d).unwrap();
+                let w = Var::from_tensor(&w0).unwrap();
+                let weight = if frozen {
+                    w0.clone()
+                } else {
+                    w.as_tensor().clone()
+                };
+                let tokens = Tensor::new(&[0u32, 12, 3, 3, 7, 1], &d).unwrap();
+                let a = Tensor::arange(1f32, 1.0 + r as f32, &d).unwrap();
+                let (lp, ent) =
+                    chunk_head_log_softmax(hid.as_tensor(), &weight, &tokens, t, with_entropy)
+                        .unwrap();
+                let logits = hid.as_tensor().matmul(&weight.t().unwrap()).unwrap();
+                let (want_lp, want_h) = reference(&logits, &tokens, t).unwrap();
+                assert!(max_abs_diff(&lp, &want_lp) < 1e-5);
+                let mut loss = (&lp * &a).unwrap().sum_all().unwrap();
+                let mut want = (&want_lp * &a).unwrap().sum_all().unwrap();
+                if let Some(e) = ent {
+                    assert!(max_abs_diff(&e, &want_h) < 1e-5);
+                    loss = (loss + (&e * 0.3).unwrap().sum_all().unwrap()).unwrap();
+                    want = (want + (&want_h * 0.3).unwrap().sum_all().unwrap()).unwrap();
+                }
+                let (g, wg) = (loss.backward().unwrap(), want.backward().unwrap());
+                let gh = g.get(hid.as_tensor()).unwrap();
+                assert!(max_abs_diff(gh, wg.get(hid.as_tensor()).unwrap()) < 1e-5);
+                match (frozen, g.get(w.as_tensor()), wg.get(w.as_tensor())) {
+                    (true, None, None) => {}
+                    (false, Some(a), Some(b)) => assert!(max_abs_diff(a, b) < 1e-5),
+                    (f, a, b) => panic!("frozen={f}: weight gradient {a:?} vs {b:?}"),
+                }
+            }
+        }
     }
 
     #[test]

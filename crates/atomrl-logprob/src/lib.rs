@@ -31,7 +31,7 @@ mod registry;
 mod selective;
 mod shared_prompt;
 
-pub use action::{get_action_log_probs, get_action_log_probs_chunked};
+pub use action::{get_action_log_probs, get_action_log_probs_chunked, FUSED_HEAD_MIN_VOCAB};
 pub use atomrl_core::{Error, Result};
 pub use registry::functions;
 pub use selective::{

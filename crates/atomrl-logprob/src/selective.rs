@@ -143,12 +143,13 @@ pub fn selective_log_softmax_chunked(
         chunk_elements / v,
         with_entropy,
         |start, len| {
-            Ok((
-                flat.narrow(0, start, len)?,
-                flat_tokens.narrow(0, start, len)?,
-            ))
+            crate::fused::chunk_log_softmax(
+                &flat.narrow(0, start, len)?,
+                &flat_tokens.narrow(0, start, len)?,
+                temperature,
+                with_entropy,
+            )
         },
-        temperature,
     )?;
     Ok(TokenLogProbs {
         log_probs: out.0.reshape((n, t)).ctx(func)?,
@@ -156,15 +157,15 @@ pub fn selective_log_softmax_chunked(
     })
 }
 
-/// Runs the chunked computation over `rows` rows, fetching each chunk's logits `[len, V]` and
-/// tokens `[len]` from `chunk`. Returns flat `[rows]` log-probs and entropies.
+/// Runs a chunked computation over `rows` rows, `chunk_rows` at a time: `chunk(start, len)`
+/// returns the `[len]` log-probs (and entropies) of rows `start..start + len`. Returns flat
+/// `[rows]` log-probs and entropies.
 pub(crate) fn rows_log_softmax(
     func: &str,
     rows: usize,
     chunk_rows: usize,
     with_entropy: bool,
-    chunk: impl Fn(usize, usize) -> candle_core::Result<(Tensor, Tensor)>,
-    temperature: f64,
+    chunk: impl Fn(usize, usize) -> candle_core::Result<(Tensor, Option<Tensor>)>,
 ) -> Result<(Tensor, Option<Tensor>)> {
     let chunk_rows = chunk_rows.max(1);
     let mut lps = Vec::new();
@@ -172,10 +173,7 @@ pub(crate) fn rows_log_softmax(
     let mut start = 0;
     while start < rows {
         let len = chunk_rows.min(rows - start);
-        let (logits, tokens) = chunk(start, len).ctx(func)?;
-        let (lp, ent) =
-            crate::fused::chunk_log_softmax(&logits, &tokens, temperature, with_entropy)
-                .ctx(func)?;
+        let (lp, ent) = chunk(start, len).ctx(func)?;
         lps.push(lp);
         ents.extend(ent);
         start += len;

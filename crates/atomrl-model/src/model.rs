@@ -894,6 +894,37 @@ impl CausalLm {
         self.net.logits(&hidden).ctx(func)
     }
 
+    /// The LM head's weight `[V, H]` as [`CausalLm::logits`] applies it (`logits = h · Wᵀ`,
+    /// no bias): in the compute dtype, on the graph of the trainable variable it comes from
+    /// (through the mixed-precision cast, or the tied embedding), detached when frozen. For
+    /// callers that fuse the head with what follows it (`atomrl-logprob` recomputes the
+    /// head in backward for large vocabularies).
+    ///
+    /// # Errors
+    /// Casting errors.
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig};
+    /// # use candle_core::{DType, Device, Tensor};
+    /// # let m = CausalLm::from_config_random(ModelConfig::new(Architecture::Qwen2, 16, 8, 8, 1, 2, 1)?, 1, DType::F32, &Device::Cpu)?;
+    /// let h = Tensor::ones((3, 8), DType::F32, &Device::Cpu)?;
+    /// let w = m.lm_head_weight()?;
+    /// let d = (m.logits(&h)? - h.matmul(&w.t()?)?)?.abs()?.max_all()?.to_scalar::<f32>()?;
+    /// assert!(d < 1e-6);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn lm_head_weight(&self) -> Result<Tensor> {
+        let func = "CausalLm::lm_head_weight";
+        if self.casts() {
+            let head = match self.head_cache.get() {
+                Some(head) => head,
+                None => self.net.head_cast(self.compute_dtype).ctx(func)?,
+            };
+            return Ok(head.weight);
+        }
+        Ok(self.net.head_weight().clone())
+    }
+
     /// Logits `[N, L, V]` of a (possibly padded) batch without a cache: shorthand for
     /// [`CausalLm::forward`] with positions from the mask.
     ///

@@ -386,6 +386,11 @@ impl Network {
         }
     }
 
+    /// The LM head's weight `[V, H]`.
+    pub fn head_weight(&self) -> &Tensor {
+        &self.lm_head.weight
+    }
+
     /// Logits `[.., V]` of hidden states `[.., H]`.
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
         self.lm_head.forward(hidden, false)
