@@ -83,6 +83,15 @@ fn values(
     Ok((lp, ent))
 }
 
+/// Zeros of `shape` in the compute dtype of `input` (the carriers' forward on the CPU).
+fn cpu_zeros(shape: &Shape, input: DType) -> CpuStorage {
+    let n = shape.elem_count();
+    match compute_dtype(input) {
+        DType::F64 => CpuStorage::F64(vec![0.0; n]),
+        _ => CpuStorage::F32(vec![0.0; n]),
+    }
+}
+
 /// The gradient carrier: forward zeros `[R, 2]` (log-prob and entropy columns), backward the
 /// vector-Jacobian product with respect to the logits (module docs).
 struct LogSoftmaxGrad {
@@ -104,12 +113,7 @@ impl CustomOp1 for LogSoftmaxGrad {
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
         let shape = Self::out_shape(layout)?;
-        let n = shape.elem_count();
-        let zeros = match compute_dtype(storage.dtype()) {
-            DType::F64 => CpuStorage::F64(vec![0.0; n]),
-            _ => CpuStorage::F32(vec![0.0; n]),
-        };
-        Ok((zeros, shape))
+        Ok((cpu_zeros(&shape, storage.dtype()), shape))
     }
 
     fn cuda_fwd(&self, storage: &CudaStorage, layout: &Layout) -> Result<(CudaStorage, Shape)> {
@@ -189,12 +193,7 @@ impl CustomOp2 for HeadLogSoftmaxGrad {
         _l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let shape = LogSoftmaxGrad::out_shape(l1)?;
-        let n = shape.elem_count();
-        let zeros = match compute_dtype(s2.dtype()) {
-            DType::F64 => CpuStorage::F64(vec![0.0; n]),
-            _ => CpuStorage::F32(vec![0.0; n]),
-        };
-        Ok((zeros, shape))
+        Ok((cpu_zeros(&shape, s2.dtype()), shape))
     }
 
     fn cuda_fwd(
