@@ -10,8 +10,12 @@
 //! - the shared-prompt pass (`get_shared_prompt_log_probs`) and its gradients;
 //! - LoRA (frozen-base custom op) with gradient checkpointing (recompute custom op): the
 //!   adapters' gradients;
-//! - KV-cache decoding: the sampling log-probs `generate_samples` returns on the device, against
-//!   the CPU scoring the same sequences with one full forward.
+//! - KV-cache decoding: the sampling log-probs `generate_samples` returns on the device (its
+//!   generation view: fused kernels, grouped-query attention and device-side sampling on a
+//!   GPU), against the CPU scoring the same sequences with one full forward.
+//!
+//! The default models are the repository's fixtures, the embedded model and a random model
+//! with a vocabulary large enough for the fused LM head ([`wide_vocab_model`]).
 //!
 //! Then a few GRPO steps of the embedded model run on the device, in f32 and in bf16 with LoRA
 //! and gradient checkpointing, and must not skip a step.
