@@ -437,10 +437,14 @@ fn copy_trainable(from: &CausalLm, to: &CausalLm) -> Result<()> {
     Ok(())
 }
 
+/// Rank-4 adapters on every linear layer.
+fn lora_config() -> Result<LoraConfig> {
+    Ok(LoraConfig::new(4, 8.0).with_targets(&["all-linear"])?)
+}
+
 /// Adapters with non-zero B (a fresh LoRA adds exactly 0), the same on both sides.
 fn with_lora(model: &mut CausalLm) -> Result<()> {
-    let cfg = LoraConfig::new(4, 8.0).with_targets(&["all-linear"])?;
-    model.add_lora(cfg, 1)?;
+    model.add_lora(lora_config()?, 1)?;
     for v in model.trainable_vars() {
         nudge(&v)?;
     }
@@ -468,6 +472,9 @@ fn check_model(dir: &Path, device: &Device, report: &mut Report) -> Result<()> {
     let batch = Batch::new(cpu.config().vocab_size)?;
     let on_device = batch.to_device(device)?;
     let want = Scores::rows_whole(&cpu, &batch)?;
+    let mut cpu_lora = load(dir, &Device::Cpu, DType::F32)?;
+    with_lora(&mut cpu_lora)?;
+    let lora_want = Scores::rows_whole(&cpu_lora, &batch)?;
     for compute in [DType::F32, DType::BF16] {
         let p = precision_name(compute);
         let (logits, lp, grads) = if compute == DType::F32 {
@@ -516,11 +523,8 @@ fn check_model(dir: &Path, device: &Device, report: &mut Report) -> Result<()> {
             grads,
         )?;
 
-        let mut cpu_lora = load(dir, &Device::Cpu, DType::F32)?;
-        with_lora(&mut cpu_lora)?;
-        let lora_want = Scores::rows_whole(&cpu_lora, &batch)?;
         let mut dev_lora = load(dir, device, DType::F32)?;
-        dev_lora.add_lora(LoraConfig::new(4, 8.0).with_targets(&["all-linear"])?, 1)?;
+        dev_lora.add_lora(lora_config()?, 1)?;
         copy_trainable(&cpu_lora, &dev_lora)?;
         if compute != DType::F32 {
             dev_lora.set_compute_dtype(compute)?;

@@ -20,7 +20,7 @@ use candle_core::{
 };
 
 /// The dtype the log-softmax is computed in: f64 stays f64, everything else runs in f32.
-pub(crate) fn compute_dtype(logits: DType) -> DType {
+fn compute_dtype(logits: DType) -> DType {
     if logits == DType::F64 {
         DType::F64
     } else {

@@ -46,7 +46,8 @@ struct Attention {
     kv_heads: usize,
     head_dim: usize,
     eps: f64,
-    /// Candle's forward-only kernels for RMSNorm and softmax (generation views).
+    /// Generation views: candle's forward-only RMSNorm/softmax/RoPE kernels and grouped-query
+    /// attention (see [`Network::set_fused_kernels`]).
     fused: bool,
 }
 
@@ -235,7 +236,7 @@ pub(crate) struct Network {
     tied: bool,
     /// Recompute each decoder layer in backward instead of keeping its activations.
     pub checkpoint: bool,
-    /// Candle's forward-only RMSNorm and softmax kernels (generation views only).
+    /// See [`Network::set_fused_kernels`].
     pub(crate) fused: bool,
 }
 
@@ -376,8 +377,9 @@ impl Network {
         rms_norm(&x, &self.norm, self.eps, self.fused)
     }
 
-    /// Uses candle's forward-only RMSNorm, softmax and RoPE kernels (`true`; only for a network
-    /// of detached tensors) or the differentiable tensor-op forms (see [`crate::ops`]).
+    /// Uses candle's forward-only RMSNorm, softmax and RoPE kernels and grouped-query attention
+    /// (`true`; only for a network of detached tensors) or the differentiable tensor-op forms
+    /// (see [`crate::ops`]).
     pub fn set_fused_kernels(&mut self, fused: bool) {
         self.fused = fused;
         for layer in &mut self.layers {

@@ -3,8 +3,8 @@
 //! Candle's fused `rms_norm` and `softmax_last_dim` kernels have no backward, so the model
 //! uses forms written from tensor ops that all backpropagate. Generation views
 //! ([`CausalLm::generation_view`](crate::CausalLm::generation_view)) ask for the fused kernels
-//! (`fused = true`): one kernel instead of five to seven, which matters on a GPU, where each op
-//! is a launch, and for small-batch decoding on the CPU. Scoring passes (old and reference
+//! (`fused = true`, on a GPU): one kernel instead of five to seven, where each op is a
+//! launch. Scoring passes (old and reference
 //! log-probs) keep the tensor-op forms, so that they compute exactly what the training forward
 //! computes (an importance ratio of exactly 1 before an update, a KL of exactly 0 to an equal
 //! reference), as verl and TRL recompute log-probs with the training engine rather than the

@@ -52,15 +52,7 @@ impl Noise {
 /// Whether a step with `params` can be drawn on `device`: not the CPU (where the host path
 /// costs no copy and keeps per-row generators), and no filter or penalty.
 pub(crate) fn applies(params: &SamplingParams, device: &Device) -> bool {
-    !device.is_cpu() && is_unfiltered(params)
-}
-
-/// No repetition penalty, top-k, top-p or min-p.
-pub(crate) fn is_unfiltered(params: &SamplingParams) -> bool {
-    params.repetition_penalty == 1.0
-        && params.top_k == 0
-        && params.top_p >= 1.0
-        && params.min_p == 0.0
+    !device.is_cpu() && params.is_unfiltered()
 }
 
 /// The next token of each row of `logits [B, V]` and its log-probability under
@@ -163,7 +155,7 @@ mod tests {
     fn the_host_path_stays_on_the_cpu_and_filters_stay_on_the_host() {
         let plain = SamplingParams::default();
         assert!(!applies(&plain, &Device::Cpu));
-        assert!(is_unfiltered(&plain));
+        assert!(plain.is_unfiltered());
         for p in [
             SamplingParams {
                 top_k: 5,
@@ -182,7 +174,7 @@ mod tests {
                 ..Default::default()
             },
         ] {
-            assert!(!is_unfiltered(&p));
+            assert!(!p.is_unfiltered());
         }
     }
 }

@@ -36,7 +36,7 @@ use crate::rollout::{FinishReason, RolloutBatch};
 /// - Padding id: `stop_decoder`'s pad id, else 0.
 ///
 /// The model is used through an inference view ([`CausalLm::generation_view`]): no backward
-/// graph is recorded, and RMSNorm and softmax run candle's fused kernels.
+/// graph is recorded (and on a GPU, RMSNorm, softmax and RoPE run candle's fused kernels).
 ///
 /// # Shapes
 /// `B` prompts of any lengths → a [`RolloutBatch`] of `R = B·G` rows: `prompt_ids [R, P]`,
@@ -111,7 +111,7 @@ fn generate(
     force_device_pick: bool,
 ) -> Result<RolloutBatch> {
     let func = "generate_samples";
-    debug_assert!(!force_device_pick || device_pick::is_unfiltered(params));
+    debug_assert!(!force_device_pick || params.is_unfiltered());
     params.validate()?;
     check_prompts(func, prompts, model.config().vocab_size)?;
     let stops = match (params.stop_strings.is_empty(), stop_decoder) {

@@ -69,6 +69,18 @@ impl Default for SamplingParams {
 }
 
 impl SamplingParams {
+    /// Whether no filter or penalty applies (no repetition penalty, top-k, top-p or min-p): the
+    /// draw is from `softmax(logits / T)` itself.
+    ///
+    /// ```
+    /// use atomrl_sample::SamplingParams;
+    /// assert!(SamplingParams::default().is_unfiltered());
+    /// assert!(!SamplingParams { top_p: 0.9, ..Default::default() }.is_unfiltered());
+    /// ```
+    pub fn is_unfiltered(&self) -> bool {
+        self.repetition_penalty == 1.0 && self.top_k == 0 && self.top_p >= 1.0 && self.min_p == 0.0
+    }
+
     /// Whether decoding is greedy (`temperature == 0`).
     ///
     /// ```

@@ -303,10 +303,7 @@ pub(crate) fn sample_row(
     rng: &mut RowRng,
     scratch: &mut Vec<f32>,
 ) -> (u32, f32) {
-    let plain = params.repetition_penalty == 1.0
-        && params.top_k == 0
-        && params.top_p >= 1.0
-        && params.min_p == 0.0;
+    let plain = params.is_unfiltered();
     if plain && !params.is_greedy() {
         return sample_plain(raw, params.temperature, rng, scratch);
     }
