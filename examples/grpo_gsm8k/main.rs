@@ -88,8 +88,8 @@ fn quoted(key: &str, value: &str) -> String {
     format!("{key}={value:?}")
 }
 
-/// Settings of the embedded run: 8 prompts x 8 completions per step on two data-parallel
-/// workers, lr 2e-4 decaying linearly to 0 over 800 steps (DAPO: 320), with a 280 s training
+/// Settings of the embedded run: 8 prompts x 8 completions per step on one data-parallel
+/// worker per core (the default CPU plan: two on a 2-core machine), lr 2e-4 decaying linearly to 0 over 800 steps (DAPO: 320), with a 280 s training
 /// budget that the decay also follows (`lr_schedule_on_budget`), so that a clean clone's
 /// compile (~4-6 min on two cores) and the run together stay near ten minutes. Where the steps
 /// fit the budget (~0.32 s a GRPO step, ~0.8 s a DAPO step on the slowest 2-core machine
@@ -119,8 +119,6 @@ fn embedded_defaults(recipe: RecipeArg) -> Vec<String> {
         "eval_steps=0",
         "save_steps=50",
         "logging_steps=10",
-        "threads=1",
-        "workers=2",
         "rewards=[{name=\"correctness\", weight=1.0}, {name=\"hard_format\", weight=0.1}]",
     ]
     .map(String::from)
@@ -189,7 +187,7 @@ fn run(cli: Cli) -> Result<()> {
         real_defaults()
     };
     if !cli.device.starts_with("cpu") {
-        // Data-parallel workers are a CPU feature (the embedded defaults use two).
+        // Data-parallel workers are a CPU feature (the default plan uses one per core).
         overrides.push("workers=1".into());
     }
     overrides.push(quoted("model", &model));

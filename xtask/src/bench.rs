@@ -26,6 +26,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use atomrl_core::CandleContext;
 use atomrl_loss::{compute_policy_loss, AggOptions, PolicyLossOptions};
 use atomrl_model::{Architecture, CausalLm, ModelConfig};
 use atomrl_sample::{generate_samples, SamplingParams};
@@ -65,6 +66,14 @@ pub struct BenchArgs {
     /// Rows per micro-batch of the training step.
     #[arg(long, default_value_t = 8)]
     pub micro_batch: usize,
+    /// Data-parallel workers of the training step (0: the trainer's automatic choice for the
+    /// shape and the cores, `atomrl_trainer::runtime::cpu_plan`): each wave of `workers`
+    /// micro-batches runs at once on its own threads, as the trainer's `workers` does.
+    #[arg(long, default_value_t = 0)]
+    pub workers: usize,
+    /// Compute threads of each tensor op (0: the automatic choice, as `--workers`).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
     /// Recompute decoder layers in backward (gradient checkpointing).
     #[arg(long)]
     pub gradient_checkpointing: bool,
@@ -277,6 +286,7 @@ fn decode(m: &CausalLm, a: &BenchArgs, b: usize, bandwidth: f64, dev: &Device) -
 /// One GRPO optimizer step (forward + backward over micro-batches, clipping, AdamW).
 fn train_step(
     m: &CausalLm,
+    workers: usize,
     opt: &mut AdamW,
     batch: &(Tensor, Tensor, Tensor, Tensor),
     a: &BenchArgs,
@@ -294,28 +304,37 @@ fn train_step(
     };
     let mut grads = Gradients::new();
     let mut loss_sum = 0.0;
-    let mut start = 0;
-    while start < rows {
-        let len = a.micro_batch.min(rows - start);
-        let lp = atomrl_logprob::get_action_log_probs(
-            m,
-            &ids.narrow(0, start, len)?,
-            &mask.narrow(0, start, len)?,
-            a.completion_len,
-            1.0,
-            false,
-        )?
-        .log_probs;
-        let out = compute_policy_loss(
-            &lp,
-            &lp.detach(),
-            &adv.narrow(0, start, len)?,
-            &completion_mask.narrow(0, start, len)?,
-            &opts,
-        )?;
-        loss_sum += out.loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
-        grads.accumulate(&out.loss.backward()?, &params)?;
-        start += len;
+    let chunks = atomrl_trainer::parallel::split_even(rows, rows.div_ceil(a.micro_batch.max(1)));
+    for wave in chunks.chunks(workers.max(1)) {
+        let results = atomrl_trainer::parallel::run_shards("bench", wave.len(), |i| {
+            let (start, len) = (wave[i].start, wave[i].len());
+            let lp = atomrl_logprob::get_action_log_probs(
+                m,
+                &ids.narrow(0, start, len).ctx("bench")?,
+                &mask.narrow(0, start, len).ctx("bench")?,
+                a.completion_len,
+                1.0,
+                false,
+            )?
+            .log_probs;
+            let out = compute_policy_loss(
+                &lp,
+                &lp.detach(),
+                &adv.narrow(0, start, len).ctx("bench")?,
+                &completion_mask.narrow(0, start, len).ctx("bench")?,
+                &opts,
+            )?;
+            let loss = out
+                .loss
+                .to_dtype(DType::F64)
+                .and_then(|l| l.to_scalar::<f64>())
+                .ctx("bench")?;
+            Ok((loss, out.loss.backward().ctx("bench")?))
+        })?;
+        for (loss, store) in results {
+            loss_sum += loss;
+            grads.accumulate(&store, &params)?;
+        }
     }
     grads.clip_global_norm(1.0)?;
     opt.step(&|name| grads.get(name), 1e-6)?;
@@ -323,7 +342,7 @@ fn train_step(
 }
 
 /// Training-step figures of one dtype.
-fn train(m: &CausalLm, a: &BenchArgs, dev: &Device) -> Result<Value> {
+fn train(m: &CausalLm, a: &BenchArgs, workers: usize, dev: &Device) -> Result<Value> {
     let vocab = m.config().vocab_size;
     let (rows, l) = (a.train_rows, a.prompt_len + a.completion_len);
     let ids = Tensor::from_vec(tokens(rows * l, vocab, 99), (rows, l), dev)?;
@@ -336,10 +355,10 @@ fn train(m: &CausalLm, a: &BenchArgs, dev: &Device) -> Result<Value> {
     let batch = (ids, mask, completion_mask, adv);
     let mut opt = AdamW::new(m.named_vars(), AdamWConfig::default())?;
     let mem = PeakMemory::start(dev);
-    train_step(m, &mut opt, &batch, a)?; // warm-up
+    train_step(m, workers, &mut opt, &batch, a)?; // warm-up
     dev.synchronize()?;
     let t = Instant::now();
-    let loss = train_step(m, &mut opt, &batch, a)?;
+    let loss = train_step(m, workers, &mut opt, &batch, a)?;
     dev.synchronize()?;
     let secs = t.elapsed().as_secs_f64();
     let peak = mem.finish();
@@ -351,6 +370,7 @@ fn train(m: &CausalLm, a: &BenchArgs, dev: &Device) -> Result<Value> {
         "rows": rows,
         "seq_len": l,
         "micro_batch": a.micro_batch,
+        "workers": workers,
         "step_s": secs,
         "tokens_per_s": tokens / secs,
         "loss": loss,
@@ -364,8 +384,18 @@ fn gib(bytes: &Value) -> String {
 
 /// Runs the benchmark and prints the table (and writes `--json`).
 pub fn run(a: &BenchArgs) -> Result<()> {
-    let device = atomrl_trainer::runtime::select_device(&a.device)?;
     let config = shape_config(&a.shape)?;
+    // Before any tensor work: candle sizes its thread pools once.
+    let plan = if a.device.starts_with("cpu") {
+        atomrl_trainer::runtime::cpu_plan(config.num_parameters(), a.threads, a.workers)
+    } else {
+        atomrl_trainer::runtime::CpuPlan {
+            threads: a.threads,
+            workers: 1,
+        }
+    };
+    atomrl_trainer::runtime::set_threads(plan.threads);
+    let device = atomrl_trainer::runtime::select_device(&a.device)?;
     let bandwidth = 1e9
         * a.bandwidth_gbs
             .unwrap_or(if device.is_cuda() { 3350.0 } else { 20.0 });
@@ -376,8 +406,8 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     };
     println!(
         "AtomRL bench: shape {} ({:.1} M parameters), device {}, prompt {}, decode {} new \
-         tokens, train {} × {} in micro-batches of {}{}; bandwidth bound at {:.0} GB/s; memory = \
-         peak {mem_kind}",
+         tokens, train {} × {} in micro-batches of {}{}; {} worker(s) of {} thread(s); bandwidth \
+         bound at {:.0} GB/s; memory = peak {mem_kind}",
         a.shape,
         config.num_parameters() as f64 / 1e6,
         a.device,
@@ -391,6 +421,8 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         } else {
             ""
         },
+        plan.workers,
+        candle_core::utils::get_num_threads(),
         bandwidth / 1e9,
     );
     let mut results = Vec::new();
@@ -419,7 +451,8 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         let train_row = if a.skip_train {
             Value::Null
         } else {
-            let r = train(&m, a, &device).with_context(|| format!("training step {name}"))?;
+            let r = train(&m, a, plan.workers, &device)
+                .with_context(|| format!("training step {name}"))?;
             println!(
                 "train  {name:>4} {} × {}: {:>8.3} s/step  {:>10.1} tok/s  peak {} GiB",
                 a.train_rows,

@@ -86,7 +86,7 @@ pub fn get_action_log_probs(
 /// let mask = Tensor::new(&[[1u32, 1, 1, 1], [1, 1, 0, 0]], &Device::Cpu)?;
 /// let a = get_action_log_probs(&model, &ids, &mask, 3, 1.0, false)?.log_probs;
 /// let b = get_action_log_probs_chunked(&model, &ids, &mask, 3, 1.0, false, 1)?.log_probs;
-/// assert!((a - b)?.abs()?.max_all()?.to_scalar::<f32>()? < 1e-6);
+/// assert!((a - b)?.abs()?.max_all()?.to_scalar::<f32>()? < 1e-5); // f32 rounding of the chunks
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn get_action_log_probs_chunked(

@@ -144,6 +144,8 @@ pub(crate) fn mask_rows(func: &str, mask: &Tensor) -> Result<Vec<Vec<f32>>> {
 pub(crate) struct AttentionBias {
     causal: Option<Tensor>,
     pad: Option<Tensor>,
+    /// The same bias as a description, for the fused CPU softmax.
+    pub keys: crate::kernels::KeyMask,
 }
 
 impl AttentionBias {
@@ -186,6 +188,7 @@ pub(crate) fn attention_bias(
     } else {
         None
     };
+    let mut pad_keys = None;
     let pad = match mask {
         Some(m) => {
             if m.dims() != [n, s] {
@@ -200,6 +203,9 @@ pub(crate) fn attention_bias(
             if rows.iter().flatten().all(|&x| x != 0.0) {
                 None
             } else {
+                pad_keys = Some(std::sync::Arc::new(
+                    rows.iter().flatten().map(|&x| x == 0.0).collect(),
+                ));
                 let bias: Vec<f32> = rows
                     .iter()
                     .flatten()
@@ -213,5 +219,11 @@ pub(crate) fn attention_bias(
         }
         None => None,
     };
-    Ok(AttentionBias { causal, pad })
+    let keys = crate::kernels::KeyMask {
+        causal: causal.is_some(),
+        past,
+        pad: pad_keys,
+        mask_value: MASK_VALUE,
+    };
+    Ok(AttentionBias { causal, pad, keys })
 }

@@ -35,6 +35,7 @@ mod checkpoint;
 mod config;
 mod hub;
 mod input;
+mod kernels;
 mod linear;
 mod lora;
 mod model;

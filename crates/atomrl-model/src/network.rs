@@ -115,8 +115,13 @@ impl Attention {
         } else {
             let k = repeat_kv(&k, nh / nkv)?;
             let v = repeat_kv(&v, nh / nkv)?;
-            let scores = bias.apply(&(q.matmul(&k.t()?)? * scale)?)?;
-            softmax_last(&scores, false)?.matmul(&v)?
+            let scores = q.matmul(&k.t()?)?;
+            let p = if crate::kernels::fused_on(&scores) {
+                crate::kernels::attention_softmax(&scores, scale, &bias.keys)?
+            } else {
+                softmax_last(&bias.apply(&(scores * scale)?)?, false)?
+            };
+            p.matmul(&v)?
         };
         let out = out.transpose(1, 2)?.reshape((n, l, nh * hd))?;
         self.o.forward(&out, train)
@@ -163,9 +168,14 @@ impl Mlp {
     }
 
     fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
-        let g = self.gate.forward(x, train)?.silu()?;
+        let g = self.gate.forward(x, train)?;
         let u = self.up.forward(x, train)?;
-        self.down.forward(&(g * u)?, train)
+        let h = if crate::kernels::fused_on(&g) && u.dtype() == g.dtype() {
+            crate::kernels::swiglu(&g, &u)?
+        } else {
+            (g.silu()? * u)?
+        };
+        self.down.forward(&h, train)
     }
 }
 

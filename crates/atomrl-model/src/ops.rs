@@ -25,6 +25,9 @@ pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64, fused: bool) -> Re
         // The kernel sums the squares in f32 for every dtype, as below.
         return candle_nn::ops::rms_norm(&x.contiguous()?, &weight.contiguous()?, eps as f32);
     }
+    if crate::kernels::fused_on(x) && weight.dtype() == dtype && weight.device().is_cpu() {
+        return crate::kernels::rms_norm(x, weight, eps);
+    }
     let xf = if matches!(dtype, DType::BF16 | DType::F16) {
         x.to_dtype(DType::F32)?
     } else {
@@ -86,6 +89,14 @@ pub(crate) fn rope_tables(
 
 /// Applies rotary embeddings to `x [N, heads, L, head_dim]` (rotate-half layout).
 pub(crate) fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    if crate::kernels::fused_on(x) && crate::kernels::rope_fits(x, cos, sin) {
+        return crate::kernels::rope(x, cos, sin);
+    }
+    apply_rope_ops(x, cos, sin)
+}
+
+/// [`apply_rope`] from tensor ops (any device and dtype).
+pub(crate) fn apply_rope_ops(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     let d = x.dim(D::Minus1)?;
     let x1 = x.narrow(D::Minus1, 0, d / 2)?;
     let x2 = x.narrow(D::Minus1, d / 2, d / 2)?;

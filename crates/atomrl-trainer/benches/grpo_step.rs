@@ -2,8 +2,8 @@
 //! (~107k parameters): G = 4, 8 completions per step, at most 32 new tokens — the setting in
 //! which TRL 1.16's GRPOTrainer does about 130 completions/s on an idle 2-core CPU.
 //!
-//! `cargo bench -p atomrl-trainer --bench grpo_step` (set RAYON_NUM_THREADS to compare thread
-//! counts). Prints the median over the measured steps after a warm-up.
+//! `cargo bench -p atomrl-trainer --bench grpo_step` (default settings: threads and workers as `atomrl-train` chooses them; set
+//! RAYON_NUM_THREADS and `workers=` to compare). Prints the median over the measured steps after a warm-up.
 
 #![allow(clippy::unwrap_used)]
 
@@ -40,6 +40,13 @@ fn main() {
         "progress=false".into(),
     ];
     let args: GRPOArgs = load_args(None, None, &overrides).unwrap();
+    // The default settings, as atomrl-train applies them (threads and workers from the size).
+    let config = atomrl_model::ModelConfig::from_file(format!("{model_dir}/config.json")).unwrap();
+    let plan = atomrl_trainer::runtime::apply_cpu_plan(config.num_parameters(), 0, 0);
+    println!(
+        "CPU plan: {} worker(s) of {} thread(s)",
+        plan.workers, plan.threads
+    );
     let model = CausalLm::from_hf_dir(model_dir, DType::F32, &Device::Cpu).unwrap();
     let tokenizer = ChatTokenizer::from_hf_dir(model_dir).unwrap();
     // A reward with spread, so that every step runs the full update.

@@ -10,7 +10,8 @@ use crate::runtime::{load_policy, select_device, set_threads};
 ///
 /// # Errors
 /// Anything the run can fail on: files, devices, data, tensor operations.
-pub fn run_recipe(args: GRPOArgs) -> Result<TrainSummary> {
+pub fn run_recipe(mut args: GRPOArgs) -> Result<TrainSummary> {
+    plan_cpu(&mut args);
     set_threads(args.threads);
     let device = select_device(&args.device)?;
     let (model, tokenizer) = load_policy(&args, &device)?;
@@ -20,6 +21,30 @@ pub fn run_recipe(args: GRPOArgs) -> Result<TrainSummary> {
             let rewards = build_rewards(&args)?;
             GRPOTrainer::new(args, model, tokenizer, rewards)?.train()
         }
+    }
+}
+
+/// Fills in `threads` and `workers` left at 0 for a CPU run, from the model's size (read from
+/// its `config.json`, before any tensor work: candle sizes its thread pools once). A model
+/// that cannot be read yet is left to [`load_policy`] to report.
+fn plan_cpu(args: &mut GRPOArgs) {
+    if !args.device.starts_with("cpu") || (args.threads > 0 && args.workers > 0) {
+        return;
+    }
+    let params = crate::runtime::resolve_model_dir(&args.model)
+        .ok()
+        .and_then(|dir| atomrl_model::ModelConfig::from_file(dir.join("config.json")).ok())
+        .map(|c| c.num_parameters());
+    if let Some(params) = params {
+        let plan = crate::runtime::apply_cpu_plan(params, args.threads, args.workers);
+        println!(
+            "CPU plan: {} worker(s) of {} thread(s) for {:.1} M parameters",
+            plan.workers,
+            plan.threads,
+            params as f64 / 1e6
+        );
+        args.threads = plan.threads;
+        args.workers = plan.workers;
     }
 }
 

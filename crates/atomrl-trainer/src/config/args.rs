@@ -46,10 +46,6 @@ fn one() -> f32 {
     1.0
 }
 
-fn one_worker() -> usize {
-    1
-}
-
 /// LoRA settings (`[lora]`); absent means full fine-tuning.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -207,15 +203,18 @@ pub struct GRPOArgs {
     /// supported together with LoRA dropout.
     #[serde(default)]
     pub gradient_checkpointing: bool,
-    /// Compute threads of each tensor op (0 = as many as cores).
+    /// Compute threads of each tensor op (0 = chosen from the model size and the cores: see
+    /// [`crate::runtime::cpu_plan`]).
     pub threads: usize,
     /// CPU data-parallel workers: the rollouts, the evaluation and each update's micro-batches
     /// are split into this many shards that run at once on their own threads (gradients summed
-    /// in shard order, so a run is deterministic for a given count). With small models, 2
-    /// workers of 1 thread beat 1 worker of 2 threads (see [`crate::parallel`]); a GPU run
-    /// keeps a single worker. The sampling seed of a shard depends on the count, so runs with
-    /// different counts draw different completions.
-    #[serde(default = "one_worker")]
+    /// in shard order, so a run is deterministic for a given count). 0 (the default) chooses:
+    /// one worker per core of one thread each for models up to
+    /// [`crate::runtime::WORKERS_MAX_PARAMS`] parameters, one worker using every core above
+    /// (see [`crate::runtime::cpu_plan`]); a GPU run keeps a single worker. The sampling seed
+    /// of a shard depends on the count, so runs with different counts draw different
+    /// completions.
+    #[serde(default)]
     pub workers: usize,
     /// Apply the tokenizer's chat template to prompts (false: prompts are already templated).
     pub chat_template: bool,
@@ -304,7 +303,7 @@ impl GRPOArgs {
             device: "cpu".into(),
             gradient_checkpointing: false,
             threads: 0,
-            workers: 1,
+            workers: 0,
             chat_template: true,
             system_prompt: None,
             progress: true,

@@ -48,7 +48,6 @@ pub fn validate(a: &GRPOArgs) -> Result<()> {
             "a JSONL/parquet file or a hub dataset id",
         ));
     }
-    at_least("workers", a.workers, 1)?;
     if a.workers > 1 && !a.device.starts_with("cpu") {
         return Err(Error::value(
             FUNC,

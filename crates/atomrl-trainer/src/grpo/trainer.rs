@@ -88,7 +88,7 @@ impl Trainer {
     /// # Errors
     /// An empty training set, optimizer allocation, a reference model that cannot be loaded.
     pub fn with_data(
-        args: GRPOArgs,
+        mut args: GRPOArgs,
         mut model: CausalLm,
         tokenizer: ChatTokenizer,
         rewards: WeightedRewards,
@@ -102,6 +102,15 @@ impl Trainer {
                 "at least one training example",
                 0,
             ));
+        }
+        if args.workers == 0 {
+            // The thread pools exist by now: fill the cores they leave (see `cpu_plan`).
+            args.workers = if model.device().is_cpu() {
+                let threads = candle_core::utils::get_num_threads();
+                crate::runtime::cpu_plan(model.config().num_parameters(), threads, 0).workers
+            } else {
+                1
+            };
         }
         model.set_gradient_checkpointing(args.gradient_checkpointing);
         let params = if model.lora_config().is_some() {

@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use atomrl_core::{CandleContext, Error, Result};
+
+use super::adamw_kernel::{self, MomentUpdate, ParamUpdate};
 use candle_core::{DType, Tensor, Var};
 
 const FUNC: &str = "AdamW";
@@ -43,6 +45,9 @@ pub struct AdamW {
     v: Vec<Tensor>,
     step: u64,
     config: AdamWConfig,
+    /// Update f32 CPU parameters in place (`adamw_kernel`); off only to test against the
+    /// tensor-op form.
+    in_place: bool,
 }
 
 impl AdamW {
@@ -84,6 +89,7 @@ impl AdamW {
             v,
             step: 0,
             config,
+            in_place: true,
         })
     }
 
@@ -119,6 +125,28 @@ impl AdamW {
                 ));
             }
             let g = g.to_dtype(DType::F32).ctx(FUNC)?;
+            let theta = var.as_tensor();
+            if self.in_place && adamw_kernel::applies(&[theta, &g, &self.m[i], &self.v[i]]) {
+                let g = g.contiguous().ctx(FUNC)?;
+                let moment = |beta, squared| MomentUpdate { beta, squared };
+                self.m[i]
+                    .inplace_op2(&g, &moment(c.beta1, false))
+                    .ctx(FUNC)?;
+                self.v[i]
+                    .inplace_op2(&g, &moment(c.beta2, true))
+                    .ctx(FUNC)?;
+                let update = ParamUpdate {
+                    lr,
+                    weight_decay: c.weight_decay,
+                    bias1,
+                    bias2,
+                    eps: c.eps,
+                };
+                theta
+                    .inplace_op3(&self.m[i], &self.v[i], &update)
+                    .ctx(FUNC)?;
+                continue;
+            }
             let m = ((&self.m[i] * c.beta1).ctx(FUNC)? + (&g * (1.0 - c.beta1)).ctx(FUNC)?)
                 .ctx(FUNC)?;
             let v = ((&self.v[i] * c.beta2).ctx(FUNC)?
@@ -195,5 +223,75 @@ impl AdamW {
             self.v[i] = v;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    fn params(seed: f32) -> Vec<(String, Var)> {
+        let w: Vec<f32> = (0..60).map(|i| (i as f32 * 0.37 + seed).sin()).collect();
+        let b: Vec<f32> = (0..6).map(|i| (i as f32 - 2.5) * 0.1).collect();
+        let dev = &Device::Cpu;
+        vec![
+            ("w".into(), Var::from_vec(w, (6, 10), dev).unwrap()),
+            ("b".into(), Var::from_vec(b, 6, dev).unwrap()),
+        ]
+    }
+
+    #[test]
+    fn the_in_place_kernel_equals_the_tensor_op_form_bit_for_bit() {
+        let config = AdamWConfig {
+            weight_decay: 0.05,
+            ..AdamWConfig::default()
+        };
+        let (pa, pb) = (params(0.3), params(0.3));
+        let mut fused = AdamW::new(pa.clone(), config).unwrap();
+        let mut plain = AdamW::new(pb.clone(), config).unwrap();
+        plain.in_place = false;
+        for step in 0..4 {
+            // Gradients that vary by step, with a transposed (non-contiguous) one.
+            let grad = |name: &str| -> Option<Tensor> {
+                let k = step as f64 + 1.0;
+                match name {
+                    "w" => Tensor::arange(0f32, 60.0, &Device::Cpu)
+                        .and_then(|t| t.reshape((10, 6)))
+                        .and_then(|t| t.t())
+                        .and_then(|t| (t * (0.01 * k))?.cos())
+                        .ok(),
+                    _ => Tensor::new(&[0.5f32, -1.0, 0.0, 2.0, -0.25, 1e-3], &Device::Cpu)
+                        .and_then(|t| t * k)
+                        .ok(),
+                }
+            };
+            fused.step(&grad, 1e-2).unwrap();
+            plain.step(&grad, 1e-2).unwrap();
+        }
+        for (((_, a), (_, b)), (_, start)) in pa.iter().zip(&pb).zip(&params(0.3)) {
+            let a: Vec<f32> = a.as_tensor().flatten_all().unwrap().to_vec1().unwrap();
+            let b: Vec<f32> = b.as_tensor().flatten_all().unwrap().to_vec1().unwrap();
+            let start: Vec<f32> = start.as_tensor().flatten_all().unwrap().to_vec1().unwrap();
+            assert_ne!(a, start, "the parameters moved");
+            let (ab, bb): (Vec<u32>, Vec<u32>) = (
+                a.iter().map(|x| x.to_bits()).collect(),
+                b.iter().map(|x| x.to_bits()).collect(),
+            );
+            assert_eq!(ab, bb);
+        }
+        for i in 0..2 {
+            let bits = |t: &Tensor| -> Vec<u32> {
+                t.flatten_all()
+                    .unwrap()
+                    .to_vec1::<f32>()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .collect()
+            };
+            assert_eq!(bits(&fused.m[i]), bits(&plain.m[i]));
+            assert_eq!(bits(&fused.v[i]), bits(&plain.v[i]));
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! clipping.
 
 mod adamw;
+mod adamw_kernel;
 mod grads;
 mod schedule;
 

@@ -1,0 +1,204 @@
+//! Attention probabilities as one graph node: `softmax(scale · scores + bias)` over the keys,
+//! with the causal and key-padding bias applied from the mask's description instead of
+//! broadcast-added tensors (three full passes and their backward sums saved).
+
+use std::sync::Arc;
+
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
+
+use super::{for_rows, slice, values, Real};
+
+/// Which keys a query may not see, as [`crate::input::AttentionBias`] describes them: keys
+/// after the query (`causal`, query `i` of the new block sees keys `0..=past + i`) and padded
+/// keys (`pad[n·S + j]`); each adds `mask_value` to the score, as the bias tensors do.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct KeyMask {
+    pub causal: bool,
+    pub past: usize,
+    pub pad: Option<Arc<Vec<bool>>>,
+    pub mask_value: f64,
+}
+
+struct AttentionSoftmax {
+    scale: f64,
+    mask: KeyMask,
+}
+
+impl AttentionSoftmax {
+    fn forward<T: Real>(&self, scores: &[T], dims: &[usize]) -> Vec<T> {
+        let (heads, l, s) = (dims[1], dims[2], dims[3]);
+        let scale = T::from(self.scale).unwrap_or_else(T::one);
+        let neg = T::from(self.mask.mask_value as f32).unwrap_or_else(T::min_value);
+        let mut out = vec![T::zero(); scores.len()];
+        for_rows(&mut out, s, |r, p| {
+            let (n, i) = (r / (heads * l), r % l);
+            let pad = self.mask.pad.as_ref().map(|m| &m[n * s..(n + 1) * s]);
+            let row = &scores[r * s..(r + 1) * s];
+            let mut max = T::neg_infinity();
+            for (j, (p, &v)) in p.iter_mut().zip(row).enumerate() {
+                let mut t = v * scale;
+                if self.mask.causal && j > self.mask.past + i {
+                    t += neg;
+                }
+                if pad.is_some_and(|m| m[j]) {
+                    t += neg;
+                }
+                *p = t;
+                max = num_traits::Float::max(max, t);
+            }
+            // exp underflows to exactly 0 below about −104 (f32) or −745 (f64); masked keys sit
+            // ~1e9 below the max, and libm's slow underflow path was 3% of a training step.
+            let floor = T::from(-746.0).unwrap_or_else(T::min_value);
+            let mut sum = T::zero();
+            for p in p.iter_mut() {
+                let z = *p - max;
+                *p = if z < floor { T::zero() } else { z.exp() };
+                sum += *p;
+            }
+            for p in p.iter_mut() {
+                *p /= sum;
+            }
+        });
+        out
+    }
+}
+
+/// `dscores = scale · p · (g − Σ g·p)` per row.
+fn backward<T: Real>(p: &[T], g: &[T], s: usize, scale: f64) -> Vec<T> {
+    let scale = T::from(scale).unwrap_or_else(T::one);
+    let mut dx = vec![T::zero(); p.len()];
+    for_rows(&mut dx, s, |r, d| {
+        let (pr, gr) = (&p[r * s..(r + 1) * s], &g[r * s..(r + 1) * s]);
+        let dot = pr
+            .iter()
+            .zip(gr)
+            .fold(T::zero(), |acc, (&pv, &gv)| acc + pv * gv);
+        for ((d, &pv), &gv) in d.iter_mut().zip(pr).zip(gr) {
+            *d = scale * (pv * (gv - dot));
+        }
+    });
+    dx
+}
+
+impl CustomOp1 for AttentionSoftmax {
+    fn name(&self) -> &'static str {
+        "atomrl-attention-softmax"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        let dims = layout.dims();
+        if dims.len() != 4 {
+            candle_core::bail!(
+                "atomrl-attention-softmax: scores must be [N, H, L, S], got {dims:?}"
+            );
+        }
+        let out = match storage.dtype() {
+            DType::F32 => CpuStorage::F32(self.forward(slice(storage, layout)?, dims)),
+            DType::F64 => CpuStorage::F64(self.forward(slice(storage, layout)?, dims)),
+            dt => candle_core::bail!("atomrl-attention-softmax: unsupported dtype {dt:?}"),
+        };
+        Ok((out, layout.shape().clone()))
+    }
+
+    fn bwd(&self, scores: &Tensor, res: &Tensor, g: &Tensor) -> Result<Option<Tensor>> {
+        let s = scores.dim(3)?;
+        let dx = match scores.dtype() {
+            DType::F32 => Tensor::from_vec(
+                backward(&values::<f32>(res)?, &values::<f32>(g)?, s, self.scale),
+                scores.shape(),
+                scores.device(),
+            )?,
+            DType::F64 => Tensor::from_vec(
+                backward(&values::<f64>(res)?, &values::<f64>(g)?, s, self.scale),
+                scores.shape(),
+                scores.device(),
+            )?,
+            dt => candle_core::bail!("atomrl-attention-softmax: unsupported dtype {dt:?}"),
+        };
+        Ok(Some(dx))
+    }
+}
+
+/// Attention probabilities `[N, H, L, S]` of raw scores `q·kᵀ [N, H, L, S]` (f32/f64, CPU).
+pub(crate) fn attention_softmax(scores: &Tensor, scale: f64, mask: &KeyMask) -> Result<Tensor> {
+    scores.contiguous()?.apply_op1(AttentionSoftmax {
+        scale,
+        mask: mask.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::testing::{agree, var};
+    use candle_core::{Device, D};
+
+    /// The tensor-op form: scale, add the bias tensors, softmax with a detached max.
+    fn reference(scores: &Tensor, scale: f64, mask: &KeyMask) -> Result<Tensor> {
+        let (n, _, l, s) = scores.dims4()?;
+        let neg = mask.mask_value as f32;
+        let mut causal = vec![0f32; l * s];
+        for i in 0..l {
+            for j in 0..s {
+                if mask.causal && j > mask.past + i {
+                    causal[i * s + j] = neg;
+                }
+            }
+        }
+        let dt = scores.dtype();
+        let causal = Tensor::from_vec(causal, (1, 1, l, s), &Device::Cpu)?.to_dtype(dt)?;
+        let mut x = (scores * scale)?.broadcast_add(&causal)?;
+        if let Some(pad) = &mask.pad {
+            let p: Vec<f32> = pad.iter().map(|&m| if m { neg } else { 0.0 }).collect();
+            let p = Tensor::from_vec(p, (n, 1, 1, s), &Device::Cpu)?.to_dtype(dt)?;
+            x = x.broadcast_add(&p)?;
+        }
+        let max = x.max_keepdim(D::Minus1)?.detach();
+        let e = x.broadcast_sub(&max)?.exp()?;
+        e.broadcast_div(&e.sum_keepdim(D::Minus1)?)
+    }
+
+    #[test]
+    fn matches_the_tensor_op_form_with_causal_and_padding_masks() {
+        // Two rows, left padding on the second (its first two keys are pads), a cached past of
+        // 2 positions before 3 new queries over 5 keys, and a full-prompt case without past.
+        let pad = Arc::new(vec![
+            false, false, false, false, false, true, true, false, false, false,
+        ]);
+        for (past, l) in [(2, 3), (0, 5)] {
+            let mask = KeyMask {
+                causal: true,
+                past,
+                pad: Some(pad.clone()),
+                mask_value: -1e9,
+            };
+            for (dtype, tol) in [(DType::F64, 1e-12), (DType::F32, 1e-6)] {
+                let scores = var(&[2, 3, l, 5], dtype, 5 + past as u64);
+                agree(
+                    &[scores],
+                    |t| attention_softmax(&t[0], 0.35, &mask),
+                    |t| reference(&t[0], 0.35, &mask),
+                    tol,
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn without_any_mask_it_is_a_scaled_softmax() {
+        let mask = KeyMask {
+            causal: false,
+            past: 0,
+            pad: None,
+            mask_value: -1e9,
+        };
+        let scores = var(&[1, 2, 1, 7], DType::F64, 8);
+        agree(
+            &[scores],
+            |t| attention_softmax(&t[0], 0.5, &mask),
+            |t| reference(&t[0], 0.5, &mask),
+            1e-12,
+        );
+    }
+}

@@ -1,0 +1,111 @@
+//! The SwiGLU gate as one graph node: `y = silu(gate) · up`, `silu(g) = g / (1 + e^(−g))`.
+
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
+
+use super::{slice, values, Real};
+
+struct SwiGlu;
+
+/// `σ(g)` and `silu(g)` as candle computes the latter (`g / (1 + e^(−g))`).
+fn sigmoid_silu<T: Real>(g: T) -> (T, T) {
+    let den = (-g).exp() + T::one();
+    (T::one() / den, g / den)
+}
+
+fn forward<T: Real>(gate: &[T], up: &[T]) -> Vec<T> {
+    gate.iter()
+        .zip(up)
+        .map(|(&g, &u)| sigmoid_silu(g).1 * u)
+        .collect()
+}
+
+/// `d gate = G · up · σ(g)(1 + g(1 − σ(g)))`, `d up = G · silu(g)`.
+fn backward<T: Real>(gate: &[T], up: &[T], grad: &[T]) -> (Vec<T>, Vec<T>) {
+    let mut dg = Vec::with_capacity(gate.len());
+    let mut du = Vec::with_capacity(gate.len());
+    for ((&g, &u), &gr) in gate.iter().zip(up).zip(grad) {
+        let (s, silu) = sigmoid_silu(g);
+        dg.push(gr * u * (s * (T::one() + g * (T::one() - s))));
+        du.push(gr * silu);
+    }
+    (dg, du)
+}
+
+impl CustomOp2 for SwiGlu {
+    fn name(&self) -> &'static str {
+        "atomrl-swiglu"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        if l1.shape() != l2.shape() {
+            candle_core::bail!(
+                "atomrl-swiglu: gate {:?} and up {:?} differ",
+                l1.dims(),
+                l2.dims()
+            );
+        }
+        let out = match s1.dtype() {
+            DType::F32 => CpuStorage::F32(forward(slice(s1, l1)?, slice(s2, l2)?)),
+            DType::F64 => CpuStorage::F64(forward(slice(s1, l1)?, slice(s2, l2)?)),
+            dt => candle_core::bail!("atomrl-swiglu: unsupported dtype {dt:?}"),
+        };
+        Ok((out, l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        gate: &Tensor,
+        up: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        fn run<T: Real>(
+            gate: &Tensor,
+            up: &Tensor,
+            grad: &Tensor,
+        ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+            let (dg, du) = backward(&values::<T>(gate)?, &values::<T>(up)?, &values::<T>(grad)?);
+            Ok((
+                Some(Tensor::from_vec(dg, gate.shape(), gate.device())?),
+                Some(Tensor::from_vec(du, up.shape(), up.device())?),
+            ))
+        }
+        match gate.dtype() {
+            DType::F32 => run::<f32>(gate, up, grad),
+            DType::F64 => run::<f64>(gate, up, grad),
+            dt => candle_core::bail!("atomrl-swiglu: unsupported dtype {dt:?}"),
+        }
+    }
+}
+
+/// `silu(gate) · up` of two `[.., I]` tensors (f32/f64 CPU, one dtype) → `[.., I]`.
+pub(crate) fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    gate.contiguous()?.apply_op2(&up.contiguous()?, SwiGlu)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::testing::{agree, var};
+
+    #[test]
+    fn matches_the_tensor_op_form() {
+        for (dtype, tol) in [(DType::F64, 1e-12), (DType::F32, 1e-6)] {
+            let g = var(&[3, 4, 10], dtype, 21);
+            let u = var(&[3, 4, 10], dtype, 22);
+            agree(
+                &[g, u],
+                |t| swiglu(&t[0], &t[1]),
+                |t| t[0].silu()? * &t[1],
+                tol,
+            );
+        }
+    }
+}

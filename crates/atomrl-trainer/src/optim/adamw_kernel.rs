@@ -1,0 +1,111 @@
+//! The AdamW update in place on f32 CPU tensors: three passes over memory and no allocation.
+//!
+//! The tensor-op form allocates a new tensor for each of its ~12 ops per parameter; at
+//! Qwen2.5-0.5B's size that is ~24 GB of fresh buffers per step, each page-faulted in and
+//! zeroed by the kernel (`docs/performance.md`). These ops compute the same f32 arithmetic in
+//! the same order as the tensor-op form (candle's `x * a` is `x · a + 0`), so the two agree
+//! bit for bit (tested in `adamw.rs`).
+
+use candle_core::{CpuStorage, InplaceOp2, InplaceOp3, Layout, Result};
+
+/// The contiguous f32 elements of a storage.
+fn f32s<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
+    match (s, l.contiguous_offsets()) {
+        (CpuStorage::F32(v), Some((a, b))) => Ok(&v[a..b]),
+        _ => candle_core::bail!("AdamW kernel: contiguous f32 tensors expected"),
+    }
+}
+
+fn f32s_mut<'a>(s: &'a mut CpuStorage, l: &Layout) -> Result<&'a mut [f32]> {
+    match (s, l.contiguous_offsets()) {
+        (CpuStorage::F32(v), Some((a, b))) => Ok(&mut v[a..b]),
+        _ => candle_core::bail!("AdamW kernel: contiguous f32 tensors expected"),
+    }
+}
+
+/// `moment ← moment · β + f(g) · (1 − β)` with `f(g) = g` (first moment) or `g²` (second).
+pub(crate) struct MomentUpdate {
+    pub beta: f64,
+    pub squared: bool,
+}
+
+impl InplaceOp2 for MomentUpdate {
+    fn name(&self) -> &'static str {
+        "atomrl-adamw-moment"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &mut CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<()> {
+        let g = f32s(s2, l2)?;
+        let m = f32s_mut(s1, l1)?;
+        if m.len() != g.len() {
+            candle_core::bail!(
+                "AdamW kernel: {} moments for {} gradients",
+                m.len(),
+                g.len()
+            );
+        }
+        let (b, c) = (self.beta as f32, (1.0 - self.beta) as f32);
+        for (m, &g) in m.iter_mut().zip(g) {
+            let f = if self.squared { g * g } else { g };
+            *m = (*m * b + 0.0) + (f * c + 0.0);
+        }
+        Ok(())
+    }
+}
+
+/// `θ ← θ · (1 − lr·wd) − lr · (m / bias1) / (sqrt(v / bias2) + ε)`.
+pub(crate) struct ParamUpdate {
+    pub lr: f64,
+    pub weight_decay: f64,
+    pub bias1: f64,
+    pub bias2: f64,
+    pub eps: f64,
+}
+
+impl InplaceOp3 for ParamUpdate {
+    fn name(&self) -> &'static str {
+        "atomrl-adamw-param"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &mut CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<()> {
+        let (m, v) = (f32s(s2, l2)?, f32s(s3, l3)?);
+        let theta = f32s_mut(s1, l1)?;
+        if theta.len() != m.len() || theta.len() != v.len() {
+            candle_core::bail!("AdamW kernel: parameter and moments differ in size");
+        }
+        let inv1 = (1.0 / self.bias1) as f32;
+        let inv2 = (1.0 / self.bias2) as f32;
+        let eps = self.eps as f32;
+        let lr = self.lr as f32;
+        let decay = (self.weight_decay > 0.0).then_some((1.0 - self.lr * self.weight_decay) as f32);
+        for ((t, &m), &v) in theta.iter_mut().zip(m).zip(v) {
+            let update = (m * inv1 + 0.0) / ((v * inv2 + 0.0).sqrt() * 1.0 + eps);
+            let decayed = match decay {
+                Some(d) => *t * d + 0.0,
+                None => *t,
+            };
+            *t = decayed - (update * lr + 0.0);
+        }
+        Ok(())
+    }
+}
+
+/// Whether the in-place kernels apply: f32 CPU tensors.
+pub(crate) fn applies(ts: &[&candle_core::Tensor]) -> bool {
+    ts.iter()
+        .all(|t| t.device().is_cpu() && t.dtype() == candle_core::DType::F32)
+}
