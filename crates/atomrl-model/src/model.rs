@@ -848,14 +848,8 @@ impl CausalLm {
         } else {
             &self.net
         };
-        net.hidden(
-            &ids,
-            (&cos, &sin),
-            &bias,
-            cache.map(|c| &mut c.layers),
-            self.train,
-        )
-        .ctx(func)
+        net.hidden(&ids, (&cos, &sin), &bias, cache, self.train)
+            .ctx(func)
     }
 
     /// Logits `[.., V]` from hidden states `[.., H]` (the LM head alone): lets callers compute

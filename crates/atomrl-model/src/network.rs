@@ -2,6 +2,7 @@
 
 use candle_core::{DType, Result, Tensor};
 
+use crate::cache::KvCache;
 use crate::config::{Architecture, ModelConfig};
 use crate::input::AttentionBias;
 use crate::linear::{Linear, LoraAdapter, TensorFn};
@@ -69,7 +70,7 @@ impl Attention {
         x: &Tensor,
         rope: (&Tensor, &Tensor),
         bias: &AttentionBias,
-        slot: Option<&mut Option<(Tensor, Tensor)>>,
+        slot: Option<(&mut KvCache, usize)>,
         train: bool,
     ) -> Result<Tensor> {
         let (n, l, _) = x.dims3()?;
@@ -99,29 +100,23 @@ impl Attention {
         };
         let v = v.transpose(1, 2)?.contiguous()?;
         let (k, v) = match slot {
-            Some(slot) => {
-                let (k, v) = match slot.take() {
-                    Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 2)?, Tensor::cat(&[&pv, &v], 2)?),
-                    None => (k, v),
-                };
-                *slot = Some((k.clone(), v.clone()));
-                (k, v)
-            }
+            Some((cache, layer)) => cache.append(layer, &k, &v)?,
             None => (k, v),
         };
         let scale = 1.0 / (hd as f64).sqrt();
         let out = if self.fused {
-            grouped_attention(&q, &k, &v, bias, scale)?
+            grouped_attention(&q, &k, &v, |s| {
+                softmax_last(&bias.apply(&(s * scale)?)?, true)
+            })?
+        } else if crate::kernels::fused_on(&q) {
+            grouped_attention(&q, &k, &v, |s| {
+                crate::kernels::attention_softmax(s, scale, &bias.keys)
+            })?
         } else {
             let k = repeat_kv(&k, nh / nkv)?;
             let v = repeat_kv(&v, nh / nkv)?;
             let scores = q.matmul(&k.t()?)?;
-            let p = if crate::kernels::fused_on(&scores) {
-                crate::kernels::attention_softmax(&scores, scale, &bias.keys)?
-            } else {
-                softmax_last(&bias.apply(&(scores * scale)?)?, false)?
-            };
-            p.matmul(&v)?
+            softmax_last(&bias.apply(&(scores * scale)?)?, false)?.matmul(&v)?
         };
         let out = out.transpose(1, 2)?.reshape((n, l, nh * hd))?;
         self.o.forward(&out, train)
@@ -131,21 +126,21 @@ impl Attention {
 /// Attention of `q [N, H, L, d]` over `k, v [N, KV, S, d]` without repeating the key/value
 /// heads: the `H / KV` query heads of a group are stacked into the rows of one matmul against
 /// their shared keys (`[N, KV, (H/KV)·L, d]`, a view of `q`), so no `[N, H, S, d]` copies of
-/// the cache are made. The scores are viewed back per head for the mask and the softmax. Fused
-/// kernels throughout (generation views only) → `[N, H, L, d]`.
+/// the keys and values are made (nor, in training, summed back in backward). `probs` turns the
+/// raw scores `q·kᵀ`, viewed per head as `[N, H, L, S]`, into attention probabilities (scale,
+/// mask and softmax: candle's forward-only kernels in generation views on a GPU, the fused
+/// CPU kernel otherwise) → `[N, H, L, d]`.
 fn grouped_attention(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    bias: &AttentionBias,
-    scale: f64,
+    probs: impl Fn(&Tensor) -> Result<Tensor>,
 ) -> Result<Tensor> {
     let (n, h, l, d) = q.dims4()?;
     let (kv, s) = (k.dim(1)?, k.dim(2)?);
     let rows = (h / kv) * l;
-    let scores = (q.reshape((n, kv, rows, d))?.matmul(&k.t()?)? * scale)?;
-    let scores = bias.apply(&scores.reshape((n, h, l, s))?)?;
-    let p = softmax_last(&scores, true)?;
+    let scores = q.reshape((n, kv, rows, d))?.matmul(&k.t()?)?;
+    let p = probs(&scores.reshape((n, h, l, s))?)?;
     p.reshape((n, kv, rows, s))?
         .matmul(v)?
         .reshape((n, h, l, d))
@@ -216,7 +211,7 @@ impl DecoderLayer {
         x: &Tensor,
         rope: (&Tensor, &Tensor),
         bias: &AttentionBias,
-        slot: Option<&mut Option<(Tensor, Tensor)>>,
+        slot: Option<(&mut KvCache, usize)>,
         train: bool,
     ) -> Result<Tensor> {
         let h = rms_norm(x, &self.input_norm, self.eps, self.fused)?;
@@ -360,7 +355,7 @@ impl Network {
         ids: &Tensor,
         rope: (&Tensor, &Tensor),
         bias: &AttentionBias,
-        mut cache: Option<&mut Vec<Option<(Tensor, Tensor)>>>,
+        mut cache: Option<&mut KvCache>,
         train: bool,
     ) -> Result<Tensor> {
         let (n, l) = ids.dims2()?;
@@ -377,7 +372,7 @@ impl Network {
             rope
         };
         for (i, layer) in self.layers.iter().enumerate() {
-            let slot = cache.as_deref_mut().map(|c| &mut c[i]);
+            let slot = cache.as_deref_mut().map(|c| (c, i));
             x = if self.checkpoint && slot.is_none() {
                 crate::checkpoint::forward(layer, &x, rope, bias, train)?
             } else {
