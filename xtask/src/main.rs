@@ -75,11 +75,12 @@ fn data(a: &DataArgs) -> Result<()> {
 }
 
 /// Crates users `cargo add` for one piece: they must stay light.
-const LIGHT_CRATES: [&str; 4] = [
+const LIGHT_CRATES: [&str; 5] = [
     "atomrl-core",
     "atomrl-advantage",
     "atomrl-loss",
     "atomrl-reward",
+    "atomrl-optim",
 ];
 
 /// Dependencies that must never reach a light crate.

@@ -4,7 +4,8 @@
 //!   splits and seeded epoch sampling.
 //! - [`logging`]: `metrics.jsonl`, TensorBoard event files, PNG charts, the progress bar.
 //! - [`config`]: [`config::GRPOArgs`] with the `grpo`, `dapo` and `sft` presets.
-//! - [`optim`]: AdamW with savable state, LR schedules, gradient accumulation and clipping.
+//! - [`optim`] (the `atomrl-optim` crate): AdamW with savable state, LR schedules, gradient
+//!   accumulation and clipping.
 //! - [`grpo`]: [`GRPOTrainer`], the GRPO / DAPO loop.
 //! - [`checkpoint`]: atomic HF-format checkpoints with the trainer state, for exact resume.
 //! - [`runtime`]: device, dtype, threads, model and tokenizer loading.
@@ -17,11 +18,12 @@ pub mod data;
 pub mod grpo;
 pub mod infer;
 pub mod logging;
-pub mod optim;
 pub mod parallel;
 pub mod run;
 pub mod runtime;
 pub mod sft;
 
+/// Optimisation, re-exported from [`atomrl_optim`].
+pub use atomrl_optim as optim;
 pub use config::{GRPOArgs, Recipe};
 pub use grpo::{GRPOTrainer, TrainSummary, Trainer};

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use atomrl_optim::LrSchedule;
+
 /// Which recipe a run follows; each one is a preset of [`GRPOArgs`] defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -13,19 +15,6 @@ pub enum Recipe {
     Dapo,
     /// Supervised fine-tuning on prompt/completion pairs (completion-only cross-entropy).
     Sft,
-}
-
-/// Learning-rate schedule after warm-up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum LrSchedule {
-    /// Constant after warm-up.
-    #[default]
-    Constant,
-    /// Linear decay to `min_lr_ratio · lr`.
-    Linear,
-    /// Cosine decay to `min_lr_ratio · lr`.
-    Cosine,
 }
 
 /// One reward function of the weighted total (`[[rewards]]` in the TOML file).

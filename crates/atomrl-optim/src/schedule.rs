@@ -1,6 +1,19 @@
 //! Learning-rate schedules: linear warm-up, then constant, linear or cosine decay.
 
-use crate::config::LrSchedule;
+use serde::{Deserialize, Serialize};
+
+/// Learning-rate schedule after warm-up (`lr_scheduler` in the run configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LrSchedule {
+    /// Constant after warm-up.
+    #[default]
+    Constant,
+    /// Linear decay to `min_lr_ratio · lr`.
+    Linear,
+    /// Cosine decay to `min_lr_ratio · lr`.
+    Cosine,
+}
 
 /// The learning rate at optimizer step `step` (0-based) of `total` steps.
 ///
@@ -9,8 +22,8 @@ use crate::config::LrSchedule;
 /// `min_lr_ratio · lr` at the last step.
 ///
 /// ```
-/// use atomrl_trainer::config::LrSchedule;
-/// use atomrl_trainer::optim::learning_rate;
+/// use atomrl_optim::LrSchedule;
+/// use atomrl_optim::learning_rate;
 /// assert_eq!(learning_rate(LrSchedule::Constant, 1.0, 0, 10, 0.0, 5), 1.0);
 /// assert_eq!(learning_rate(LrSchedule::Linear, 1.0, 2, 10, 0.0, 0), 0.5);
 /// assert!((learning_rate(LrSchedule::Cosine, 1.0, 0, 11, 0.1, 10) - 0.1).abs() < 1e-12);
@@ -41,8 +54,8 @@ pub fn learning_rate(
 /// Warm-up steps: `warmup_steps` when set, else `ceil(warmup_ratio · total)`.
 ///
 /// ```
-/// assert_eq!(atomrl_trainer::optim::warmup_steps(0, 0.1, 95), 10);
-/// assert_eq!(atomrl_trainer::optim::warmup_steps(3, 0.5, 95), 3);
+/// assert_eq!(atomrl_optim::warmup_steps(0, 0.1, 95), 10);
+/// assert_eq!(atomrl_optim::warmup_steps(3, 0.5, 95), 3);
 /// ```
 pub fn warmup_steps(warmup_steps: usize, warmup_ratio: f64, total: usize) -> usize {
     if warmup_steps > 0 {
@@ -60,7 +73,7 @@ pub fn warmup_steps(warmup_steps: usize, warmup_ratio: f64, total: usize) -> usi
 /// Returns `step` when `budget_s` is 0.
 ///
 /// ```
-/// use atomrl_trainer::optim::budget_schedule_step;
+/// use atomrl_optim::budget_schedule_step;
 /// // Half the budget gone at step 10 of 100: the schedule is at step 50.
 /// assert_eq!(budget_schedule_step(10, 0, 100, 0, 30.0, 60.0), 50);
 /// // A fast machine: the steps are ahead of the time.

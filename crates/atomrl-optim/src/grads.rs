@@ -69,7 +69,7 @@ impl Gradients {
     /// A tensor operation failure.
     ///
     /// ```
-    /// use atomrl_trainer::optim::Gradients;
+    /// use atomrl_optim::Gradients;
     /// use candle_core::{Device, Var};
     /// let w = Var::new(&[3f32, 4.0], &Device::Cpu)?;
     /// let store = w.as_tensor().sum_all()?.backward()?; // gradient [1, 1]

@@ -57,7 +57,7 @@ impl AdamW {
     /// When a zero tensor cannot be allocated.
     ///
     /// ```
-    /// use atomrl_trainer::optim::{AdamW, AdamWConfig};
+    /// use atomrl_optim::{AdamW, AdamWConfig};
     /// use candle_core::{Device, Var};
     /// let w = Var::new(&[1f32, -1.0], &Device::Cpu)?;
     /// let mut opt = AdamW::new(vec![("w".into(), w.clone())], AdamWConfig::default())?;
