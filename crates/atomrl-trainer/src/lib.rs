@@ -2,7 +2,8 @@
 //!
 //! - [`data`]: datasets (JSONL, GSM8K parquet from the hub cache, synthetic word problems),
 //!   splits and seeded epoch sampling.
-//! - [`logging`]: `metrics.jsonl`, TensorBoard event files, PNG charts, the progress bar.
+//! - [`logging`] (the `atomrl-metrics` crate): `metrics.jsonl`, TensorBoard event files, PNG
+//!   charts, the progress bar.
 //! - [`config`]: [`config::GRPOArgs`] with the `grpo`, `dapo` and `sft` presets.
 //! - [`optim`] (the `atomrl-optim` crate): AdamW with savable state, LR schedules, gradient
 //!   accumulation and clipping.
@@ -17,12 +18,13 @@ pub mod config;
 pub mod data;
 pub mod grpo;
 pub mod infer;
-pub mod logging;
 pub mod parallel;
 pub mod run;
 pub mod runtime;
 pub mod sft;
 
+/// Metrics and logs, re-exported from [`atomrl_metrics`].
+pub use atomrl_metrics as logging;
 /// Optimisation, re-exported from [`atomrl_optim`].
 pub use atomrl_optim as optim;
 pub use config::{GRPOArgs, Recipe};

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use atomrl_trainer::logging::{read_metrics, MetricRow, MetricsLogger};
+use atomrl_metrics::{read_metrics, MetricRow, MetricsLogger};
 
 const TOTAL_STEPS: u64 = 30;
 const CHECKPOINT_EVERY: u64 = 10;
@@ -246,7 +246,7 @@ fn a_reserved_metric_name_is_rejected_before_anything_is_written() {
 /// Works with stderr a terminal (a bar; run under `script` to see it) or not (plain lines).
 #[test]
 fn enabled_progress_draws_or_prints() {
-    let progress = atomrl_trainer::logging::Progress::new(5, 1, true);
+    let progress = atomrl_metrics::Progress::new(5, 1, true);
     assert_eq!(
         progress.has_bar(),
         std::io::IsTerminal::is_terminal(&std::io::stderr())

@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::logging::record::MetricRow;
+use crate::record::MetricRow;
 
 /// Bar layout: position, elapsed and remaining time, then [`progress_summary`].
 const TEMPLATE: &str = "{bar:30.cyan/blue} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}";
@@ -29,7 +29,7 @@ const SHOWN: [(&str, &str); 5] = [
 ///
 /// # Example
 /// ```
-/// use atomrl_trainer::logging::{MetricRow, Progress};
+/// use atomrl_metrics::{MetricRow, Progress};
 ///
 /// let progress = Progress::new(100, 0, false);
 /// progress.update(&MetricRow::new(1).with("reward/mean", 0.5));
@@ -121,7 +121,7 @@ impl Progress {
 ///
 /// # Example
 /// ```
-/// use atomrl_trainer::logging::{progress_summary, MetricRow};
+/// use atomrl_metrics::{progress_summary, MetricRow};
 ///
 /// let row = MetricRow::new(3)
 ///     .with("reward/mean", 0.53125)

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use atomrl_trainer::logging::{chart_files, write_charts, MetricRow, CHART_SIZE};
+use atomrl_metrics::{chart_files, write_charts, MetricRow, CHART_SIZE};
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("logging-charts-{name}"));

@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 use atomrl_core::{Error, Result};
 use serde_json::{Map, Number, Value};
 
-use crate::logging::charts::write_charts;
-use crate::logging::jsonl::{read_metrics, JsonlWriter};
-use crate::logging::progress::Progress;
-use crate::logging::record::{MetricRow, STEP_KEY};
-use crate::logging::tensorboard::TensorBoardWriter;
+use crate::charts::write_charts;
+use crate::jsonl::{read_metrics, JsonlWriter};
+use crate::progress::Progress;
+use crate::record::{MetricRow, STEP_KEY};
+use crate::tensorboard::TensorBoardWriter;
 
 /// File name of the per-step metrics in the output folder.
 pub const METRICS_FILE: &str = "metrics.jsonl";
@@ -43,7 +43,7 @@ const PREVIEW_CHARS: usize = 160;
 ///
 /// # Example
 /// ```
-/// use atomrl_trainer::logging::{MetricRow, MetricsLogger};
+/// use atomrl_metrics::{MetricRow, MetricsLogger};
 ///
 /// let dir = std::env::temp_dir().join(format!("atomrl-doc-logger-{}", std::process::id()));
 /// let mut logger = MetricsLogger::create(&dir, None, 10, false)?;
@@ -174,7 +174,7 @@ impl MetricsLogger {
     ///
     /// # Example
     /// ```
-    /// use atomrl_trainer::logging::MetricsLogger;
+    /// use atomrl_metrics::MetricsLogger;
     ///
     /// let dir = std::env::temp_dir().join(format!("atomrl-doc-flush-{}", std::process::id()));
     /// let mut logger = MetricsLogger::create(&dir, None, 1, false)?;
@@ -190,7 +190,7 @@ impl MetricsLogger {
     ///
     /// # Example
     /// ```
-    /// use atomrl_trainer::logging::MetricsLogger;
+    /// use atomrl_metrics::MetricsLogger;
     ///
     /// let dir = std::env::temp_dir().join(format!("atomrl-doc-println-{}", std::process::id()));
     /// let logger = MetricsLogger::create(&dir, None, 1, false)?;
@@ -206,7 +206,7 @@ impl MetricsLogger {
     ///
     /// # Example
     /// ```
-    /// use atomrl_trainer::logging::MetricsLogger;
+    /// use atomrl_metrics::MetricsLogger;
     ///
     /// let dir = std::env::temp_dir().join(format!("atomrl-doc-dirs-{}", std::process::id()));
     /// let logger = MetricsLogger::create(&dir, None, 1, false)?;

@@ -8,14 +8,14 @@ use atomrl_core::{Error, Result};
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle, RGBColor};
 
-use crate::logging::record::MetricRow;
+use crate::record::MetricRow;
 
 /// Width and height of every chart, in pixels.
 pub const CHART_SIZE: (u32, u32) = (800, 480);
 
 /// DejaVu Sans (see `assets/DejaVuSans-LICENSE.txt`), embedded so that charts render on
 /// machines without system fonts.
-static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
+static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 /// The family every text style below uses; the embedded font is registered under it.
 const FAMILY: &str = "sans-serif";
 
@@ -120,7 +120,7 @@ const CHARTS: &[Chart] = &[
 ///
 /// # Example
 /// ```
-/// use atomrl_trainer::logging::chart_files;
+/// use atomrl_metrics::chart_files;
 ///
 /// assert_eq!(chart_files()[0], "reward.png");
 /// assert!(chart_files().contains(&"kl.png"));
@@ -149,7 +149,7 @@ pub fn chart_files() -> Vec<&'static str> {
 ///
 /// # Example
 /// ```
-/// use atomrl_trainer::logging::{write_charts, MetricRow};
+/// use atomrl_metrics::{write_charts, MetricRow};
 ///
 /// let rows: Vec<MetricRow> = (1..=20)
 ///     .map(|s| MetricRow::new(s).with("loss", 1.0 / s as f64).with("kl", 0.001 * s as f64))

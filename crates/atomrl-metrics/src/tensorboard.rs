@@ -25,7 +25,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use atomrl_core::{Error, Result};
 
-use crate::logging::record::MetricRow;
+use crate::record::MetricRow;
 
 /// The `file_version` of the first event, as TensorFlow writes it.
 const FILE_VERSION: &str = "brain.Event:2";
@@ -45,7 +45,7 @@ const CRC_MASK_DELTA: u32 = 0xa282_ead8;
 ///
 /// # Example
 /// ```
-/// use atomrl_trainer::logging::{MetricRow, TensorBoardWriter};
+/// use atomrl_metrics::{MetricRow, TensorBoardWriter};
 ///
 /// let dir = std::env::temp_dir().join(format!("atomrl-doc-tb-{}", std::process::id()));
 /// let mut tb = TensorBoardWriter::create(&dir)?;
@@ -176,7 +176,7 @@ impl TensorBoardWriter {
     ///
     /// # Example
     /// ```
-    /// use atomrl_trainer::logging::TensorBoardWriter;
+    /// use atomrl_metrics::TensorBoardWriter;
     ///
     /// let dir = std::env::temp_dir().join(format!("atomrl-doc-tb-start-{}", std::process::id()));
     /// let mut tb = TensorBoardWriter::create(&dir)?;

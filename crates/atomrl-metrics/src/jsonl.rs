@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use atomrl_core::{Error, Result};
 use serde_json::Value;
 
-use crate::logging::record::{parse_row, MetricRow, STEP_KEY};
+use crate::record::{parse_row, MetricRow, STEP_KEY};
 
 /// Appends JSON lines (each an object with a `step`) to a file, one flushed line at a time.
 ///
@@ -18,7 +18,7 @@ use crate::logging::record::{parse_row, MetricRow, STEP_KEY};
 ///
 /// # Example
 /// ```
-/// use atomrl_trainer::logging::{read_metrics, JsonlWriter, MetricRow};
+/// use atomrl_metrics::{read_metrics, JsonlWriter, MetricRow};
 ///
 /// let path = std::env::temp_dir().join(format!("atomrl-doc-jsonl-{}.jsonl", std::process::id()));
 /// let mut w = JsonlWriter::open(&path, None)?;
@@ -107,7 +107,7 @@ impl JsonlWriter {
     ///
     /// # Example
     /// ```
-    /// use atomrl_trainer::logging::JsonlWriter;
+    /// use atomrl_metrics::JsonlWriter;
     ///
     /// let path = std::env::temp_dir().join(format!("atomrl-doc-path-{}.jsonl", std::process::id()));
     /// let w = JsonlWriter::open(&path, None)?;
@@ -123,7 +123,7 @@ impl JsonlWriter {
     ///
     /// # Example
     /// ```
-    /// use atomrl_trainer::logging::{JsonlWriter, MetricRow};
+    /// use atomrl_metrics::{JsonlWriter, MetricRow};
     ///
     /// let path = std::env::temp_dir().join(format!("atomrl-doc-kept-{}.jsonl", std::process::id()));
     /// let mut w = JsonlWriter::open(&path, None)?;
@@ -147,7 +147,7 @@ impl JsonlWriter {
 ///
 /// # Example
 /// ```
-/// use atomrl_trainer::logging::read_metrics;
+/// use atomrl_metrics::read_metrics;
 ///
 /// let path = std::env::temp_dir().join(format!("atomrl-doc-read-{}.jsonl", std::process::id()));
 /// std::fs::write(&path, "{\"step\":1,\"kl\":0.5}\n{\"step\":2,\"kl\":nu")?;

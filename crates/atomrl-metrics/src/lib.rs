@@ -1,4 +1,5 @@
-//! Training logs: metrics.jsonl, TensorBoard events, PNG charts, progress bar.
+//! Training metrics for AtomRL: `metrics.jsonl`, TensorBoard events, PNG charts, the progress
+//! bar.
 //!
 //! The trainer builds one [`MetricRow`] per step and hands it to a [`MetricsLogger`], which
 //! writes it to
@@ -18,7 +19,7 @@
 //! `metrics.jsonl` has the same rows as an uninterrupted run.
 //!
 //! ```
-//! use atomrl_trainer::logging::{read_metrics, MetricRow, MetricsLogger};
+//! use atomrl_metrics::{read_metrics, MetricRow, MetricsLogger};
 //!
 //! let dir = std::env::temp_dir().join(format!("atomrl-doc-logging-{}", std::process::id()));
 //! let mut logger = MetricsLogger::create(&dir, None, 3, false)?;
@@ -33,6 +34,8 @@
 //! # std::fs::remove_dir_all(&dir)?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+
+#![deny(missing_docs)]
 
 mod charts;
 mod jsonl;

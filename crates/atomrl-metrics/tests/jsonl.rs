@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use atomrl_trainer::logging::{read_metrics, JsonlWriter, MetricRow};
+use atomrl_metrics::{read_metrics, JsonlWriter, MetricRow};
 use proptest::prelude::*;
 
 fn temp_file(name: &str) -> PathBuf {

@@ -14,7 +14,7 @@ pub const STEP_KEY: &str = "step";
 ///
 /// # Example
 /// ```
-/// use atomrl_trainer::logging::MetricRow;
+/// use atomrl_metrics::MetricRow;
 ///
 /// let mut row = MetricRow::new(3);
 /// row.push("reward/mean", 0.5).push("loss", f64::NAN);
@@ -39,7 +39,7 @@ impl MetricRow {
     ///
     /// # Example
     /// ```
-    /// use atomrl_trainer::logging::MetricRow;
+    /// use atomrl_metrics::MetricRow;
     ///
     /// let row = MetricRow::new(7);
     /// assert_eq!(row.step, 7);
@@ -60,7 +60,7 @@ impl MetricRow {
     ///
     /// # Example
     /// ```
-    /// use atomrl_trainer::logging::MetricRow;
+    /// use atomrl_metrics::MetricRow;
     ///
     /// let mut row = MetricRow::new(1);
     /// row.push("kl", 0.1).push("lr", 1e-6).push("kl", 0.2);
@@ -79,7 +79,7 @@ impl MetricRow {
     ///
     /// # Example
     /// ```
-    /// use atomrl_trainer::logging::MetricRow;
+    /// use atomrl_metrics::MetricRow;
     ///
     /// let row = MetricRow::new(2).with("accuracy", 0.75).with("loss", 0.3);
     /// assert_eq!(row.len(), 2);
@@ -93,7 +93,7 @@ impl MetricRow {
     ///
     /// # Example
     /// ```
-    /// use atomrl_trainer::logging::MetricRow;
+    /// use atomrl_metrics::MetricRow;
     ///
     /// let row = MetricRow::new(1).with("kl", 0.1);
     /// assert_eq!(row.get("kl"), Some(0.1));
@@ -107,7 +107,7 @@ impl MetricRow {
     ///
     /// # Example
     /// ```
-    /// use atomrl_trainer::logging::MetricRow;
+    /// use atomrl_metrics::MetricRow;
     ///
     /// assert_eq!(MetricRow::new(1).with("kl", 0.1).len(), 1);
     /// ```
@@ -119,7 +119,7 @@ impl MetricRow {
     ///
     /// # Example
     /// ```
-    /// use atomrl_trainer::logging::MetricRow;
+    /// use atomrl_metrics::MetricRow;
     ///
     /// assert!(MetricRow::new(1).is_empty());
     /// ```
@@ -135,7 +135,7 @@ impl MetricRow {
     ///
     /// # Example
     /// ```
-    /// use atomrl_trainer::logging::MetricRow;
+    /// use atomrl_metrics::MetricRow;
     ///
     /// let row = MetricRow::new(4).with("accuracy", 1.0).with("grad_norm", f64::INFINITY);
     /// assert_eq!(row.to_json()?, r#"{"step":4,"accuracy":1.0,"grad_norm":null}"#);
@@ -168,7 +168,7 @@ impl MetricRow {
     ///
     /// # Example
     /// ```
-    /// use atomrl_trainer::logging::MetricRow;
+    /// use atomrl_metrics::MetricRow;
     ///
     /// let row = MetricRow::from_json(r#"{"step": 5, "kl": 0.25, "loss": null}"#)?;
     /// assert_eq!(row.step, 5);

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use atomrl_trainer::logging::{MetricRow, TensorBoardWriter};
+use atomrl_metrics::{MetricRow, TensorBoardWriter};
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("logging-tb-{name}"));
