@@ -1,7 +1,7 @@
 //! GRPO, DAPO and SFT recipes composed from AtomRL's atomic crates.
 //!
-//! - [`data`]: datasets (JSONL, GSM8K parquet from the hub cache, synthetic word problems),
-//!   splits and seeded epoch sampling.
+//! - [`data`] (the `atomrl-data` crate): datasets (JSONL, GSM8K parquet from the hub cache,
+//!   synthetic word problems), splits and seeded epoch sampling.
 //! - [`logging`] (the `atomrl-metrics` crate): `metrics.jsonl`, TensorBoard event files, PNG
 //!   charts, the progress bar.
 //! - [`config`]: [`config::GRPOArgs`] with the `grpo`, `dapo` and `sft` presets.
@@ -15,7 +15,6 @@
 
 pub mod checkpoint;
 pub mod config;
-pub mod data;
 pub mod grpo;
 pub mod infer;
 pub mod parallel;
@@ -23,6 +22,8 @@ pub mod run;
 pub mod runtime;
 pub mod sft;
 
+/// Datasets, re-exported from [`atomrl_data`].
+pub use atomrl_data as data;
 /// Metrics and logs, re-exported from [`atomrl_metrics`].
 pub use atomrl_metrics as logging;
 /// Optimisation, re-exported from [`atomrl_optim`].

@@ -10,7 +10,7 @@
 /// by a bijective finaliser. Not cryptographic.
 ///
 /// ```
-/// use atomrl_trainer::data::SplitMix64;
+/// use atomrl_data::SplitMix64;
 /// let mut rng = SplitMix64::new(0);
 /// assert_eq!(rng.next_u64(), 0xe220_a839_7b1d_cdaf); // the published reference value
 /// let x = rng.below(10);
@@ -34,7 +34,7 @@ impl SplitMix64 {
     /// unrelated sequences.
     ///
     /// ```
-    /// use atomrl_trainer::data::SplitMix64;
+    /// use atomrl_data::SplitMix64;
     /// assert_ne!(SplitMix64::derive(1, 0), SplitMix64::derive(0, 1));
     /// ```
     pub fn derive(seed: u64, stream: u64) -> Self {
@@ -65,7 +65,7 @@ impl SplitMix64 {
     /// A uniform integer in `lo..=hi` (`lo` when `hi <= lo`).
     ///
     /// ```
-    /// let mut rng = atomrl_trainer::data::SplitMix64::new(7);
+    /// let mut rng = atomrl_data::SplitMix64::new(7);
     /// assert!((3..=5).contains(&rng.range_i64(3, 5)));
     /// assert_eq!(rng.range_i64(4, 2), 4);
     /// ```
@@ -98,11 +98,11 @@ fn mix(mut z: u64) -> u64 {
 /// [`SplitMix64::shuffle`]. Stable across versions of this crate's dependencies.
 ///
 /// ```
-/// let p = atomrl_trainer::data::seeded_permutation(5, 42);
+/// let p = atomrl_data::seeded_permutation(5, 42);
 /// let mut sorted = p.clone();
 /// sorted.sort();
 /// assert_eq!(sorted, vec![0, 1, 2, 3, 4]);
-/// assert_eq!(p, atomrl_trainer::data::seeded_permutation(5, 42));
+/// assert_eq!(p, atomrl_data::seeded_permutation(5, 42));
 /// ```
 pub fn seeded_permutation(n: usize, seed: u64) -> Vec<usize> {
     let mut order: Vec<usize> = (0..n).collect();

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use atomrl_core::Error;
-use atomrl_trainer::data::{
+use atomrl_data::{
     load_gsm8k_parquet, resolve_hub_dataset, resolve_hub_dataset_shards, DataSource, Prompt,
 };
 use parquet::data_type::{ByteArray, ByteArrayType};

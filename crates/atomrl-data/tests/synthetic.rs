@@ -4,11 +4,11 @@
 
 use std::collections::HashSet;
 
-use atomrl_reward::{correctness_score, is_hard_format, CorrectnessOptions, Tags};
-use atomrl_trainer::data::{
+use atomrl_data::{
     synthetic_problems, synthetic_splits, synthetic_splits_with, synthetic_word_problems, Example,
     Op, SyntheticConfig, SYNTHETIC_TEMPLATES,
 };
+use atomrl_reward::{correctness_score, is_hard_format, CorrectnessOptions, Tags};
 
 fn cfg(num_examples: usize, seed: u64) -> SyntheticConfig {
     SyntheticConfig {

@@ -24,13 +24,13 @@ use std::fmt;
 
 use atomrl_core::{Error, Result};
 
-use super::example::{Example, Prompt};
-use super::shuffle::SplitMix64;
+use crate::example::{Example, Prompt};
+use crate::shuffle::SplitMix64;
 
 /// Options of [`synthetic_word_problems`].
 ///
 /// ```
-/// use atomrl_trainer::data::SyntheticConfig;
+/// use atomrl_data::SyntheticConfig;
 /// let cfg = SyntheticConfig { num_examples: 100, max_ops: 2, ..Default::default() };
 /// cfg.validate()?;
 /// assert!(SyntheticConfig { min_ops: 0, ..cfg }.validate().is_err());
@@ -143,7 +143,7 @@ impl Op {
     /// `a op b`, or `None` on overflow, a negative difference or an inexact division.
     ///
     /// ```
-    /// use atomrl_trainer::data::Op;
+    /// use atomrl_data::Op;
     /// assert_eq!(Op::Div.apply(12, 4), Some(3));
     /// assert_eq!(Op::Div.apply(12, 5), None);
     /// assert_eq!(Op::Sub.apply(3, 5), None);
@@ -187,7 +187,7 @@ impl fmt::Display for Step {
 /// A generated problem with its worked solution.
 ///
 /// ```
-/// use atomrl_trainer::data::{synthetic_problems, SyntheticConfig};
+/// use atomrl_data::{synthetic_problems, SyntheticConfig};
 /// let p = &synthetic_problems(&SyntheticConfig { num_examples: 1, ..Default::default() })[0];
 /// assert_eq!(p.steps.last().map(|s| s.result), Some(p.answer));
 /// assert!(p.completion().ends_with(&format!("<answer>\n{}\n</answer>", p.answer)));
@@ -254,7 +254,7 @@ const TEMPLATE_FNS: [Template; 12] = [
 /// deduplicated sets). Out-of-range options are clamped (see [`SyntheticConfig::validate`]).
 ///
 /// ```
-/// use atomrl_trainer::data::{synthetic_problems, SyntheticConfig};
+/// use atomrl_data::{synthetic_problems, SyntheticConfig};
 /// let cfg = SyntheticConfig { num_examples: 50, min_ops: 2, max_ops: 2, ..Default::default() };
 /// let problems = synthetic_problems(&cfg);
 /// assert!(problems.iter().all(|p| p.steps.len() == 2));
@@ -268,7 +268,7 @@ pub fn synthetic_problems(cfg: &SyntheticConfig) -> Vec<SyntheticProblem> {
 /// ([`SyntheticProblem::to_example`]). Deterministic for a config.
 ///
 /// ```
-/// use atomrl_trainer::data::{synthetic_word_problems, SyntheticConfig};
+/// use atomrl_data::{synthetic_word_problems, SyntheticConfig};
 /// let cfg = SyntheticConfig { num_examples: 3, seed: 7, ..Default::default() };
 /// let rows = synthetic_word_problems(&cfg);
 /// assert_eq!(rows, synthetic_word_problems(&cfg));
@@ -286,7 +286,7 @@ pub fn synthetic_word_problems(cfg: &SyntheticConfig) -> Vec<Example> {
 /// with the default [`SyntheticConfig`] options and `seed`.
 ///
 /// ```
-/// let (train, eval) = atomrl_trainer::data::synthetic_splits(200, 20, 1);
+/// let (train, eval) = atomrl_data::synthetic_splits(200, 20, 1);
 /// assert_eq!((train.len(), eval.len()), (200, 20));
 /// assert!(eval.iter().all(|e| !train.iter().any(|t| t.prompt == e.prompt)));
 /// ```

@@ -9,7 +9,7 @@ use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::record::Field;
 use parquet::schema::types::Type;
 
-use super::example::{short, Example};
+use crate::example::{short, Example};
 
 /// The two columns of a GSM8K file.
 const COLUMNS: [&str; 2] = ["question", "answer"];
@@ -24,7 +24,7 @@ const COLUMNS: [&str; 2] = ["question", "answer"];
 /// has no `#### <answer>`.
 ///
 /// ```
-/// let err = atomrl_trainer::data::load_gsm8k_parquet("no/such.parquet".as_ref()).unwrap_err();
+/// let err = atomrl_data::load_gsm8k_parquet("no/such.parquet".as_ref()).unwrap_err();
 /// assert!(err.to_string().starts_with("no/such.parquet:"));
 /// ```
 pub fn load_gsm8k_parquet(path: &Path) -> Result<Vec<Example>> {

@@ -5,16 +5,16 @@ use std::path::{Path, PathBuf};
 
 use atomrl_core::{Error, Result};
 
-use super::example::Example;
-use super::hub::{hub_cache_dir, resolve_hub_dataset_shards};
-use super::jsonl::load_jsonl;
-use super::parquet::load_gsm8k_parquet;
-use super::synthetic::{synthetic_splits_with, SyntheticConfig};
+use crate::example::Example;
+use crate::hub::{hub_cache_dir, resolve_hub_dataset_shards};
+use crate::jsonl::load_jsonl;
+use crate::parquet::load_gsm8k_parquet;
+use crate::synthetic::{synthetic_splits_with, SyntheticConfig};
 
 /// A dataset location: a local file or a hub dataset in the local hub cache.
 ///
 /// ```
-/// use atomrl_trainer::data::DataSource;
+/// use atomrl_data::DataSource;
 /// let src = DataSource::parse("openai/gsm8k:main")?;
 /// assert_eq!(src, DataSource::Hub { repo_id: "openai/gsm8k".into(), config: Some("main".into()) });
 /// assert_eq!(src.to_string(), "openai/gsm8k:main");
@@ -73,7 +73,7 @@ impl DataSource {
     /// file of another kind; [`Error::Value`] for anything else.
     ///
     /// ```
-    /// use atomrl_trainer::data::DataSource;
+    /// use atomrl_data::DataSource;
     /// assert!(matches!(DataSource::parse("openai/gsm8k")?, DataSource::Hub { config: None, .. }));
     /// assert!(DataSource::parse("missing/train.jsonl").unwrap_err().to_string().contains("not found"));
     /// assert!(DataSource::parse("not a source").is_err());
@@ -142,7 +142,7 @@ impl DataSource {
     /// Those of [`load_jsonl`], [`load_gsm8k_parquet`] and [`resolve_hub_dataset_shards`].
     ///
     /// ```
-    /// use atomrl_trainer::data::DataSource;
+    /// use atomrl_data::DataSource;
     /// let path = std::env::temp_dir().join("atomrl_doctest_source.jsonl");
     /// std::fs::write(&path, "{\"prompt\": \"1+1?\", \"ground_truth\": \"2\"}\n").unwrap();
     /// let src = DataSource::parse(path.to_str().unwrap())?;

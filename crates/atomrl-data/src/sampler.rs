@@ -3,13 +3,13 @@
 use atomrl_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 
-use super::shuffle::SplitMix64;
+use crate::shuffle::SplitMix64;
 
 /// Where an [`EpochSampler`] is: the epoch it is in and how many indices of that epoch's order
 /// it has handed out. Saved in checkpoints; [`EpochSampler::from_state`] resumes from it.
 ///
 /// ```
-/// use atomrl_trainer::data::SamplerState;
+/// use atomrl_data::SamplerState;
 /// let s = SamplerState { epoch: 2, position: 40 };
 /// let json = serde_json::to_string(&s)?;
 /// assert_eq!(json, r#"{"epoch":2,"position":40}"#);
@@ -34,7 +34,7 @@ pub struct SamplerState {
 /// start of the next (so it may hold the same index twice on very small datasets).
 ///
 /// ```
-/// use atomrl_trainer::data::EpochSampler;
+/// use atomrl_data::EpochSampler;
 /// let mut s = EpochSampler::new(10, 42);
 /// let first = s.next_batch(4);
 /// let saved = s.state();
@@ -74,7 +74,7 @@ impl EpochSampler {
     /// dataset), which means the dataset changed since the state was saved.
     ///
     /// ```
-    /// use atomrl_trainer::data::{EpochSampler, SamplerState};
+    /// use atomrl_data::{EpochSampler, SamplerState};
     /// let s = EpochSampler::from_state(8, 1, &SamplerState { epoch: 3, position: 5 })?;
     /// assert_eq!((s.epoch(), s.position()), (3, 5));
     /// assert!(EpochSampler::from_state(8, 1, &SamplerState { epoch: 0, position: 8 }).is_err());

@@ -4,9 +4,7 @@
 use std::path::PathBuf;
 
 use atomrl_core::Error;
-use atomrl_trainer::data::{
-    load_jsonl, parse_jsonl, write_jsonl, ChatMessage, DataSource, Example, Prompt,
-};
+use atomrl_data::{load_jsonl, parse_jsonl, write_jsonl, ChatMessage, DataSource, Example, Prompt};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

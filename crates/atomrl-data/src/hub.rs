@@ -9,14 +9,14 @@ use std::path::{Path, PathBuf};
 use atomrl_core::{Error, Result};
 
 /// The hub cache folder: `$HF_HUB_CACHE`, else `$HF_HOME/hub`, else
-/// `~/.cache/huggingface/hub` (the same rule as for models, [`atomrl_model::hub_cache_dir`]).
+/// `~/.cache/huggingface/hub` (the same rule as for models, [`atomrl_core::hub_cache_dir`]).
 ///
 /// ```
-/// let dir = atomrl_trainer::data::hub_cache_dir();
+/// let dir = atomrl_data::hub_cache_dir();
 /// assert!(dir.ends_with("hub") || std::env::var_os("HF_HUB_CACHE").is_some());
 /// ```
 pub fn hub_cache_dir() -> PathBuf {
-    atomrl_model::hub_cache_dir()
+    atomrl_core::hub_cache_dir()
 }
 
 /// The parquet file of one split of a hub dataset in the hub cache `cache_dir`.
@@ -33,7 +33,7 @@ pub fn hub_cache_dir() -> PathBuf {
 /// [`resolve_hub_dataset_shards`]).
 ///
 /// ```
-/// use atomrl_trainer::data::resolve_hub_dataset;
+/// use atomrl_data::resolve_hub_dataset;
 /// let cache = std::env::temp_dir().join("atomrl_doctest_hub_dataset");
 /// let snap = cache.join("datasets--openai--gsm8k/snapshots/abc123/main");
 /// std::fs::create_dir_all(&snap).unwrap();
@@ -77,7 +77,7 @@ pub fn resolve_hub_dataset(
 /// As [`resolve_hub_dataset`], except that several shards are not an error.
 ///
 /// ```
-/// let err = atomrl_trainer::data::resolve_hub_dataset_shards(
+/// let err = atomrl_data::resolve_hub_dataset_shards(
 ///     "/no/cache".as_ref(), "openai/gsm8k", Some("main"), "train").unwrap_err();
 /// assert!(err.to_string().contains("datasets--openai--gsm8k"));
 /// ```

@@ -2,8 +2,8 @@
 
 use atomrl_core::{Error, Result};
 
-use super::example::Example;
-use super::shuffle::seeded_permutation;
+use crate::example::Example;
+use crate::shuffle::seeded_permutation;
 
 /// Splits `examples` into `(train, eval)`: a seeded shuffle ([`seeded_permutation`]), then the
 /// first `eval_size` examples of the shuffled order are `eval` and the rest `train` (both in
@@ -16,7 +16,7 @@ use super::shuffle::seeded_permutation;
 /// [`Error::Value`] when `eval_size >= examples.len()` (the train set would be empty).
 ///
 /// ```
-/// use atomrl_trainer::data::{train_eval_split, Example};
+/// use atomrl_data::{train_eval_split, Example};
 /// let rows: Vec<Example> = (0..10).map(|i| Example::new(format!("q{i}"), i.to_string())).collect();
 /// let (train, eval) = train_eval_split(rows.clone(), 3, 7)?;
 /// assert_eq!((train.len(), eval.len()), (7, 3));

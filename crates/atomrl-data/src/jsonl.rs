@@ -6,7 +6,7 @@ use std::path::Path;
 use atomrl_core::{Error, Result};
 use serde_json::{Map, Value};
 
-use super::example::{short, ChatMessage, Example, Prompt};
+use crate::example::{short, ChatMessage, Example, Prompt};
 
 /// Loads a JSON Lines dataset (one JSON object per line; blank lines are skipped).
 ///
@@ -32,10 +32,10 @@ use super::example::{short, ChatMessage, Example, Prompt};
 /// std::fs::create_dir_all(&dir).unwrap();
 /// let path = dir.join("train.jsonl");
 /// std::fs::write(&path, "{\"prompt\": \"5+7?\", \"ground_truth\": 12}\n\n{\"prompt\": 3}\n").unwrap();
-/// let err = atomrl_trainer::data::load_jsonl(&path).unwrap_err().to_string();
+/// let err = atomrl_data::load_jsonl(&path).unwrap_err().to_string();
 /// assert!(err.contains("train.jsonl:3:"), "{err}");
 /// std::fs::write(&path, "{\"prompt\": \"5+7?\", \"ground_truth\": 12}\n").unwrap();
-/// let rows = atomrl_trainer::data::load_jsonl(&path)?;
+/// let rows = atomrl_data::load_jsonl(&path)?;
 /// assert_eq!(rows[0].ground_truth, "12");
 /// # Ok::<(), atomrl_core::Error>(())
 /// ```
@@ -50,7 +50,7 @@ pub fn load_jsonl(path: &Path) -> Result<Vec<Example>> {
 /// As [`load_jsonl`], with `name:LINE` in place of the path.
 ///
 /// ```
-/// use atomrl_trainer::data::parse_jsonl;
+/// use atomrl_data::parse_jsonl;
 /// let text = r#"{"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]}
 /// {"question": "How many?", "answer": "2+2=4\n#### 4"}"#;
 /// let rows = parse_jsonl(text, "inline")?;
@@ -284,7 +284,7 @@ fn example_from_value(value: &Value) -> Result<Example, String> {
 /// [`Error::File`] naming `path` when it cannot be written.
 ///
 /// ```
-/// use atomrl_trainer::data::{load_jsonl, write_jsonl, Example};
+/// use atomrl_data::{load_jsonl, write_jsonl, Example};
 /// let path = std::env::temp_dir().join("atomrl_doctest_write.jsonl");
 /// let rows = vec![Example::new("5+7?", "12").with_completion("12")];
 /// write_jsonl(&path, &rows)?;

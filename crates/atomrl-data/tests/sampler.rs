@@ -1,7 +1,7 @@
 //! Epoch sampling with exact resume, and the seeded train/eval split.
 #![allow(clippy::unwrap_used)]
 
-use atomrl_trainer::data::{train_eval_split, EpochSampler, Example, SamplerState};
+use atomrl_data::{train_eval_split, EpochSampler, Example, SamplerState};
 use proptest::prelude::*;
 
 /// `count` batches of the given sizes (cycled).

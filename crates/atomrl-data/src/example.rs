@@ -7,14 +7,14 @@ use atomrl_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 
 /// One chat message (the sampler's type, re-exported: datasets and chat templates share it).
-pub use atomrl_sample::ChatMessage;
+pub use atomrl_core::ChatMessage;
 
 /// A prompt: plain text (to be wrapped as one user message), or a list of chat messages.
 ///
 /// Serialised untagged: a JSON string, or an array of `{"role", "content"}` objects.
 ///
 /// ```
-/// use atomrl_trainer::data::{ChatMessage, Prompt};
+/// use atomrl_data::{ChatMessage, Prompt};
 /// let p: Prompt = serde_json::from_str(r#""What is 5+7?""#)?;
 /// assert_eq!(p, Prompt::Text("What is 5+7?".into()));
 /// let p: Prompt = serde_json::from_str(r#"[{"role": "user", "content": "Hi"}]"#)?;
@@ -38,7 +38,7 @@ impl Prompt {
     /// prompt wins).
     ///
     /// ```
-    /// use atomrl_trainer::data::{ChatMessage, Prompt};
+    /// use atomrl_data::{ChatMessage, Prompt};
     /// let p = Prompt::Text("What is 5+7?".into());
     /// assert_eq!(
     ///     p.to_messages(Some("Think, then answer.")),
@@ -68,7 +68,7 @@ impl Prompt {
     /// The text of a `Text` prompt; `None` for messages.
     ///
     /// ```
-    /// use atomrl_trainer::data::Prompt;
+    /// use atomrl_data::Prompt;
     /// assert_eq!(Prompt::from("2+2?").as_text(), Some("2+2?"));
     /// ```
     pub fn as_text(&self) -> Option<&str> {
@@ -115,7 +115,7 @@ impl fmt::Display for Prompt {
 /// `completion`. An empty `ground_truth` means "unknown" (SFT-only rows).
 ///
 /// ```
-/// use atomrl_trainer::data::{Example, Prompt};
+/// use atomrl_data::{Example, Prompt};
 /// let ex = Example::new("What is 5+7?", "12").with_completion("<answer>12</answer>");
 /// assert_eq!(ex.prompt, Prompt::Text("What is 5+7?".into()));
 /// assert_eq!(ex.completion.as_deref(), Some("<answer>12</answer>"));
@@ -156,7 +156,7 @@ impl Example {
     /// [`Error::Value`] when the answer has no `#### <answer>` line.
     ///
     /// ```
-    /// use atomrl_trainer::data::Example;
+    /// use atomrl_data::Example;
     /// let ex = Example::from_gsm8k("How many?", "48+24 = <<48+24=72>>72\n#### 72")?;
     /// assert_eq!(ex.ground_truth, "72");
     /// assert!(Example::from_gsm8k("How many?", "72").is_err());

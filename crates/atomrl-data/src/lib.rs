@@ -1,4 +1,5 @@
-//! Datasets: JSONL, GSM8K parquet (hub layout), synthetic word problems; splits and sampling.
+//! Datasets for AtomRL: JSONL, GSM8K parquet (hub layout), synthetic word problems; splits and
+//! sampling.
 //!
 //! Everything becomes a `Vec<`[`Example`]`>` (a [`Prompt`], a ground truth and, for SFT, a
 //! completion):
@@ -16,12 +17,14 @@
 //! [`SplitMix64`], so data order does not change with dependency versions.
 //!
 //! ```
-//! use atomrl_trainer::data::{synthetic_splits, EpochSampler};
+//! use atomrl_data::{synthetic_splits, EpochSampler};
 //! let (train, eval) = synthetic_splits(100, 10, 0);
 //! let mut sampler = EpochSampler::new(train.len(), 0);
 //! let batch: Vec<_> = sampler.next_batch(8).into_iter().map(|i| &train[i]).collect();
 //! assert_eq!((batch.len(), eval.len()), (8, 10));
 //! ```
+
+#![deny(missing_docs)]
 
 mod example;
 mod hub;
