@@ -29,7 +29,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use atomrl_model::{Architecture, CausalLm, ModelConfig};
 use atomrl_reward::WeightedRewards;
 use atomrl_sample::ChatTokenizer;
-use atomrl_trainer::config::LrSchedule;
+use atomrl_trainer::config::{LrSchedule, Resume};
 use atomrl_trainer::data::{DataSource, SYNTHETIC_DEFAULT, SYNTHETIC_DEFAULT_PROBLEMS};
 use atomrl_trainer::grpo::{evaluate, EvalResult, PromptEncoder};
 use atomrl_trainer::{GRPOArgs, Recipe, Trainer};
@@ -170,7 +170,7 @@ fn sft_args(a: &TinyModelArgs, output_dir: &Path, decay: bool, resume: Option<&P
     args.save_total_limit = if a.eval_steps > 0 { 0 } else { 1 };
     args.logging_steps = 0;
     args.threads = a.threads;
-    args.resume = resume.map_or_else(|| "never".into(), |p| p.display().to_string());
+    args.resume = resume.map_or(Resume::Never, |p| Resume::From(p.to_path_buf()));
     args.progress = true;
     args
 }

@@ -1,10 +1,9 @@
 //! `GRPOTrainer`: the GRPO / DAPO loop with checkpoints, exact resume, metrics and evaluation.
 
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::Instant;
 
-use atomrl_advantage::{compute_advantages, AdvantageMode};
+use atomrl_advantage::compute_advantages;
 use atomrl_core::{CandleContext, Error, Result};
 use atomrl_model::CausalLm;
 use atomrl_reward::WeightedRewards;
@@ -17,7 +16,7 @@ use super::prompt::PromptEncoder;
 use super::rollout::{add_round, generate_group_rows_sharded, RolloutContext, Rollouts};
 use super::update::{policy_update, UpdateContext};
 use crate::checkpoint::{latest_checkpoint, load_trainer_state, save_checkpoint, TrainerState};
-use crate::config::GRPOArgs;
+use crate::config::{GRPOArgs, Resume};
 use crate::data::{DataSource, EpochSampler, Example, SplitMix64};
 use crate::logging::{MetricRow, MetricsLogger};
 use crate::optim::{budget_schedule_step, learning_rate, warmup_steps, AdamW, AdamWConfig};
@@ -197,7 +196,7 @@ impl Trainer {
             skipped_steps: 0,
             seed: self.args.seed,
             eval_accuracy: None,
-            recipe: format!("{:?}", self.args.recipe).to_lowercase(),
+            recipe: self.args.recipe,
         };
         if let Some(ckpt) = self.resume_point(&output_dir)? {
             state = self.restore(&ckpt)?;
@@ -396,11 +395,10 @@ impl Trainer {
             None
         } else {
             let rewards: Vec<f32> = rollouts.rows.iter().map(|r| r.reward as f32).collect();
-            let mode = AdvantageMode::from_str(&a.advantage_mode)?;
             let adv = compute_advantages(
                 &Tensor::new(rewards.as_slice(), &Device::Cpu).ctx("step")?,
                 g,
-                mode,
+                a.advantage_mode,
                 a.advantage_eps,
             )?;
             let advantages: Vec<f32> = adv.advantages.to_vec1().ctx("step")?;
@@ -581,10 +579,10 @@ impl Trainer {
     }
 
     fn resume_point(&self, output_dir: &Path) -> Result<Option<PathBuf>> {
-        match self.args.resume.as_str() {
-            "never" => Ok(None),
-            "auto" => latest_checkpoint(output_dir),
-            path => Ok(Some(PathBuf::from(path))),
+        match &self.args.resume {
+            Resume::Never => Ok(None),
+            Resume::Auto => latest_checkpoint(output_dir),
+            Resume::From(path) => Ok(Some(path.clone())),
         }
     }
 
