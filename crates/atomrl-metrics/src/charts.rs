@@ -8,6 +8,7 @@ use atomrl_core::{Error, Result};
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle, RGBColor};
 
+use crate::keys;
 use crate::record::MetricRow;
 
 /// Width and height of every chart, in pixels.
@@ -73,9 +74,13 @@ const CHARTS: &[Chart] = &[
         title: "Reward",
         y_label: "reward",
         series: &[
-            series("reward/mean", Kind::LineWithBand("reward/std"), false),
-            series("reward/", Kind::PerFunctionRewards, false),
-            series("eval/accuracy", Kind::Markers, true),
+            series(
+                keys::REWARD_MEAN,
+                Kind::LineWithBand(keys::REWARD_STD),
+                false,
+            ),
+            series(keys::REWARD_PREFIX, Kind::PerFunctionRewards, false),
+            series(keys::EVAL_ACCURACY, Kind::Markers, true),
         ],
     },
     Chart {
@@ -83,8 +88,8 @@ const CHARTS: &[Chart] = &[
         title: "Accuracy",
         y_label: "accuracy",
         series: &[
-            series("accuracy", Kind::Smoothed, false),
-            series("eval/accuracy", Kind::Markers, false),
+            series(keys::ACCURACY, Kind::Smoothed, false),
+            series(keys::EVAL_ACCURACY, Kind::Markers, false),
         ],
     },
     Chart {
@@ -92,27 +97,27 @@ const CHARTS: &[Chart] = &[
         title: "Completion length",
         y_label: "tokens",
         series: &[
-            series("completion_length/mean", Kind::Line, false),
-            series("completion_length/max", Kind::Line, false),
+            series(keys::COMPLETION_LENGTH_MEAN, Kind::Line, false),
+            series(keys::COMPLETION_LENGTH_MAX, Kind::Line, false),
         ],
     },
     Chart {
         file: "kl.png",
         title: "KL divergence to the reference policy",
         y_label: "kl",
-        series: &[series("kl", Kind::Line, false)],
+        series: &[series(keys::KL, Kind::Line, false)],
     },
     Chart {
         file: "entropy.png",
         title: "Policy entropy",
         y_label: "entropy (nats/token)",
-        series: &[series("entropy", Kind::Line, false)],
+        series: &[series(keys::ENTROPY, Kind::Line, false)],
     },
     Chart {
         file: "loss.png",
         title: "Loss",
         y_label: "loss",
-        series: &[series("loss", Kind::Line, false)],
+        series: &[series(keys::LOSS, Kind::Line, false)],
     },
 ];
 
@@ -285,8 +290,8 @@ fn per_function_reward_keys(rows: &[MetricRow]) -> Vec<String> {
     for row in rows {
         for (name, _) in &row.values {
             let is_fn = name
-                .strip_prefix("reward/")
-                .and_then(|rest| rest.strip_suffix("/mean"))
+                .strip_prefix(keys::REWARD_PREFIX)
+                .and_then(|rest| rest.strip_suffix(keys::REWARD_FN_SUFFIX))
                 .is_some_and(|f| !f.is_empty());
             if is_fn && !keys.contains(name) {
                 keys.push(name.clone());

@@ -10,6 +10,8 @@
 //! - the terminal ([`Progress`]): a bar with reward, accuracy, loss, KL, learning rate and
 //!   seconds per step.
 //!
+//! Every metric key is a constant of [`keys`].
+//!
 //! Sample completions go to `samples.jsonl`, TensorBoard's Text tab and the terminal
 //! ([`MetricsLogger::log_samples`]); at the end [`MetricsLogger::finish`] draws PNG charts
 //! into `output_dir/charts/` ([`write_charts`]).
@@ -39,6 +41,7 @@
 
 mod charts;
 mod jsonl;
+pub mod keys;
 mod logger;
 mod progress;
 mod record;

@@ -4,6 +4,7 @@ use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::keys;
 use crate::record::MetricRow;
 
 /// Bar layout: position, elapsed and remaining time, then [`progress_summary`].
@@ -11,11 +12,11 @@ const TEMPLATE: &str = "{bar:30.cyan/blue} {pos}/{len} [{elapsed_precise}<{eta_p
 
 /// The metrics shown in the progress message, with their short labels.
 const SHOWN: [(&str, &str); 5] = [
-    ("reward/mean", "reward"),
-    ("accuracy", "acc"),
-    ("loss", "loss"),
-    ("kl", "kl"),
-    ("lr", "lr"),
+    (keys::REWARD_MEAN, "reward"),
+    (keys::ACCURACY, "acc"),
+    (keys::LOSS, "loss"),
+    (keys::KL, "kl"),
+    (keys::LR, "lr"),
 ];
 
 /// A progress bar on stderr showing the step and the key numbers of the last logged row.
@@ -139,10 +140,10 @@ pub fn progress_summary(row: &MetricRow) -> String {
         .iter()
         .filter_map(|&(key, label)| row.get(key).map(|v| (key, label, v)))
         // A NaN KL is how a step without a reference model (β = 0) records "not computed".
-        .filter(|&(key, _, v)| !(key == "kl" && v.is_nan()))
+        .filter(|&(key, _, v)| !(key == keys::KL && v.is_nan()))
         .map(|(_, label, v)| format!("{label} {}", fmt_value(v)))
         .collect();
-    if let Some(s) = row.get("time/step_s") {
+    if let Some(s) = row.get(keys::TIME_STEP_S) {
         parts.push(format!("{s:.1} s/step"));
     }
     parts.join(" | ")
