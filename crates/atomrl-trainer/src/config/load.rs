@@ -6,6 +6,7 @@ use std::str::FromStr;
 use atomrl_core::{Error, Result};
 
 use super::args::{GRPOArgs, Recipe};
+use super::choices::{DeviceSpec, Resume};
 
 const FUNC: &str = "config";
 
@@ -73,6 +74,15 @@ fn name_the_key(preset: &toml::Table, table: &toml::Table, whole: &toml::de::Err
         let mut one = preset.clone();
         one.insert(key.clone(), value.clone());
         if let Err(e) = toml::Value::Table(one).try_into::<GRPOArgs>() {
+            // The choices parsed from a string already name the key in their own error.
+            let own = match (key.as_str(), value.as_str()) {
+                ("device", Some(v)) => v.parse::<DeviceSpec>().err(),
+                ("resume", Some(v)) => v.parse::<Resume>().err(),
+                _ => None,
+            };
+            if let Some(own) = own {
+                return own;
+            }
             let expected = if preset.contains_key(key) || KNOWN_OPTIONAL.contains(&key.as_str()) {
                 "a valid value"
             } else {
