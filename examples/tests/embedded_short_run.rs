@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use atomrl_trainer::config::load_args;
-use atomrl_trainer::logging::read_metrics;
+use atomrl_trainer::logging::{keys, read_metrics};
 use atomrl_trainer::run::run_recipe;
 
 #[test]
@@ -33,7 +33,10 @@ fn twenty_steps_of_the_embedded_run() {
     let summary = run_recipe(load_args(None, None, &overrides).unwrap()).unwrap();
     assert_eq!(summary.steps, 20);
     let rows = read_metrics(out.join("metrics.jsonl")).unwrap();
-    let rewards: Vec<f64> = rows.iter().filter_map(|r| r.get("reward/mean")).collect();
+    let rewards: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| r.get(keys::REWARD_MEAN))
+        .collect();
     assert_eq!(rewards.len(), 20);
     assert!(rewards.iter().all(|r| r.is_finite()), "{rewards:?}");
     assert!(
@@ -42,7 +45,7 @@ fn twenty_steps_of_the_embedded_run() {
     );
     assert!(
         rows.iter()
-            .any(|r| r.get("grad_norm").is_some_and(|g| g > 0.0)),
+            .any(|r| r.get(keys::GRAD_NORM).is_some_and(|g| g > 0.0)),
         "no update had a gradient"
     );
     assert!(out.join("checkpoint-20/model.safetensors").is_file());

@@ -29,8 +29,8 @@ use anyhow::{bail, Context, Result};
 use atomrl_core::CandleContext;
 use atomrl_loss::{compute_policy_loss, AggOptions, PolicyLossOptions};
 use atomrl_model::{Architecture, CausalLm, ModelConfig};
+use atomrl_optim::{AdamW, AdamWConfig, Gradients};
 use atomrl_sample::{generate_samples, SamplingParams};
-use atomrl_trainer::optim::{AdamW, AdamWConfig, Gradients};
 use candle_core::{DType, Device, Tensor};
 use serde_json::{json, Value};
 

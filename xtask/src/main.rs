@@ -75,11 +75,14 @@ fn data(a: &DataArgs) -> Result<()> {
 }
 
 /// Crates users `cargo add` for one piece: they must stay light.
-const LIGHT_CRATES: [&str; 4] = [
+const LIGHT_CRATES: [&str; 7] = [
     "atomrl-core",
     "atomrl-advantage",
     "atomrl-loss",
     "atomrl-reward",
+    "atomrl-optim",
+    "atomrl-data",
+    "atomrl-metrics",
 ];
 
 /// Dependencies that must never reach a light crate.

@@ -1,5 +1,6 @@
 //! The advantage estimators.
 
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
@@ -7,19 +8,22 @@ use atomrl_core::Error;
 
 /// How rewards are turned into advantages. Groups are consecutive rows of `G` completions of
 /// the same prompt; `mean_g` and `std_g` are that group's mean and unbiased standard deviation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum AdvantageMode {
     /// `A = r` (no baseline).
     Raw,
     /// `A = (r − mean_g) / (std_g + eps)` — GRPO (DeepSeekMath), verl's `grpo`, TRL's default.
     Grpo,
     /// `A = r − mean_g` — Dr. GRPO (no std normalisation), TRL `scale_rewards="none"`.
+    #[serde(alias = "dr_grpo")]
     GrpoNoStd,
     /// `A = (r − mean_g) / (std_batch + eps)` — TRL `scale_rewards="batch"`.
     Batch,
     /// `A = r_i − mean of the other G−1 rewards of the group` — RLOO.
     Rloo,
     /// `x = r − mean_g`, then `A = x / sqrt(var_batch(x) + 1e-8)` — REINFORCE++ with baseline.
+    #[serde(alias = "reinforce_plus_plus_baseline")]
     ReinforcePp,
 }
 

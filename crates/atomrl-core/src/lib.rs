@@ -6,6 +6,8 @@
 //! - [`registry`]: how a crate describes its functions ([`FnSpec`]) and runs them on named
 //!   [`Inputs`] for the `atomrl-fn` command-line tool.
 //! - [`stage`]: the data-flow stage types of a training step.
+//! - [`ChatMessage`] (one message of a conversation) and [`hub_cache_dir`] (the Hugging Face
+//!   hub cache folder), shared by data and model loading.
 //!
 //! Conventions used by every AtomRL crate: tensors are batch-first; `N` is the number of
 //! completions (prompts × group size `G`), `T` the completion length, `V` the vocabulary; masks
@@ -13,15 +15,19 @@
 
 #![deny(missing_docs)]
 
+pub mod chat;
 pub mod compare;
 pub mod error;
 pub mod golden;
+pub mod hub;
 pub mod registry;
 pub mod shape;
 pub mod stage;
 pub mod value;
 
+pub use chat::ChatMessage;
 pub use error::{CandleContext, Error, Result};
+pub use hub::hub_cache_dir;
 pub use registry::{check_example, ArgKind, ArgSpec, AtomicFn, FnSpec, OutputSpec};
 pub use stage::{RewardBatch, Sample};
 pub use value::{Inputs, OutputValue, Outputs};

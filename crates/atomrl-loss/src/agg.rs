@@ -1,5 +1,6 @@
 //! `aggregate_loss`: reduce a per-token loss `[N, T]` to the scalar that is differentiated.
 
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
@@ -14,19 +15,28 @@ const FUNC: &str = "aggregate_loss";
 ///
 /// `L_tok` is the number of valid tokens (`Σ m`, or [`AggOptions::global_tokens`]), `N_seq`
 /// the number of rows (`N`, fully-masked rows included, or [`AggOptions::global_seqs`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
 pub enum LossAgg {
     /// `Σ ℓ·m / L_tok` — every token weighs the same (DAPO). verl `token-mean`; TRL `bnpo`
     /// (local count) and `dapo` (global count).
     #[default]
+    #[serde(alias = "token-mean")]
+    #[serde(alias = "bnpo")]
+    #[serde(alias = "dapo")]
     TokenMean,
     /// `Σ_i (Σ_t ℓ·m / max(Σ_t m, 1)) / N_seq` — mean over rows of each row's token mean (the
     /// original GRPO). verl `seq-mean-token-mean`; TRL `grpo`.
+    #[serde(alias = "seq-mean-token-mean")]
+    #[serde(alias = "grpo")]
     SeqMeanTokenMean,
     /// `Σ_i Σ_t ℓ·m / N_seq` — mean over rows of each row's token sum. verl `seq-mean-token-sum`.
+    #[serde(alias = "seq-mean-token-sum")]
     SeqMeanTokenSum,
     /// `Σ ℓ·m / (N_seq · max_len)` — a constant normaliser (Dr. GRPO). verl
     /// `seq-mean-token-sum-norm`; TRL `dr_grpo`.
+    #[serde(alias = "seq-mean-token-sum-norm")]
+    #[serde(alias = "dr_grpo")]
     SeqMeanTokenSumNorm,
 }
 

@@ -1,5 +1,6 @@
 //! `compute_kl_penalty`: per-token estimators of KL(π ‖ π_ref) from sampled-token log-probs.
 
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
@@ -16,16 +17,20 @@ pub const K3_CLAMP: f64 = 10.0;
 
 /// A per-token estimator of KL(π ‖ π_ref) from `logp = log π(y_t)` and `ref = log π_ref(y_t)`
 /// of the sampled token (Schulman, "Approximating KL divergence", 2020).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
 pub enum KlEstimator {
     /// `logp − ref`: unbiased, high variance, can be negative. verl `k1` / `kl`.
+    #[serde(alias = "kl")]
     K1,
     /// `½ (logp − ref)²`: biased, low variance. verl `k2` / `mse`.
+    #[serde(alias = "mse")]
     K2,
     /// `exp(ref − logp) − (ref − logp) − 1`, with `ref − logp` clamped to ±20 and the result to
     /// ±10: unbiased, non-negative, low variance (GRPO's choice). verl `k3` / `low_var_kl`;
     /// TRL's `beta` term.
     #[default]
+    #[serde(alias = "low_var_kl")]
     K3,
     /// `|logp − ref|`. verl `abs`.
     Abs,

@@ -1,6 +1,7 @@
 //! `compute_policy_loss`: the clipped surrogate policy loss of PPO, GRPO, DAPO, Dr. GRPO and
 //! GSPO, with optional dual clip.
 
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
@@ -23,7 +24,8 @@ pub const DEFAULT_CLIP_LOW: f64 = 0.2;
 pub const DEFAULT_CLIP_HIGH: f64 = 0.2;
 
 /// At which level the importance ratio is taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
 pub enum RatioLevel {
     /// One ratio per token, `r_{i,t} = exp(logp − old)` (PPO, GRPO, DAPO).
     #[default]
@@ -31,6 +33,7 @@ pub enum RatioLevel {
     /// One ratio per sequence, the geometric mean of its token ratios:
     /// `log s_i = Σ_t m·(logp − old) / Σ_t m`, used for every token of row `i` (GSPO; TRL
     /// `importance_sampling_level="sequence"`).
+    #[serde(alias = "gspo")]
     Sequence,
 }
 

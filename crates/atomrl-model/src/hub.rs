@@ -12,25 +12,7 @@ use candle_core::{DType, Device};
 
 use crate::model::CausalLm;
 
-/// The hub cache folder: `$HF_HUB_CACHE`, else `$HF_HOME/hub`, else
-/// `~/.cache/huggingface/hub`.
-///
-/// ```
-/// let dir = atomrl_model::hub_cache_dir();
-/// assert!(dir.ends_with("hub") || std::env::var_os("HF_HUB_CACHE").is_some());
-/// ```
-pub fn hub_cache_dir() -> PathBuf {
-    if let Some(p) = std::env::var_os("HF_HUB_CACHE") {
-        return PathBuf::from(p);
-    }
-    if let Some(p) = std::env::var_os("HF_HOME") {
-        return PathBuf::from(p).join("hub");
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    home.join(".cache").join("huggingface").join("hub")
-}
+pub use atomrl_core::hub_cache_dir;
 
 /// The snapshot folder of `repo_id` (`org/name`) at `revision` (a branch or tag with a
 /// `refs/` entry, or a commit hash) in the hub cache `cache_dir`.

@@ -5,47 +5,11 @@ use std::path::Path;
 use atomrl_core::{Error, Result};
 use minijinja::value::{from_args, Value, ValueKind};
 use minijinja::{Environment, ErrorKind, State};
-use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
 use crate::rollout::{FinishReason, RolloutBatch};
 
-/// One chat message, as in Hugging Face's `apply_chat_template(messages)`.
-///
-/// ```
-/// let m = atomrl_sample::ChatMessage::user("What is 2 + 2?");
-/// assert_eq!((m.role.as_str(), m.content.as_str()), ("user", "What is 2 + 2?"));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ChatMessage {
-    /// `system`, `user`, `assistant`, ...
-    pub role: String,
-    /// The message text.
-    pub content: String,
-}
-
-impl ChatMessage {
-    /// A message with the given role.
-    ///
-    /// ```
-    /// assert_eq!(atomrl_sample::ChatMessage::new("system", "Be brief.").role, "system");
-    /// ```
-    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self {
-            role: role.into(),
-            content: content.into(),
-        }
-    }
-
-    /// A `user` message.
-    ///
-    /// ```
-    /// assert_eq!(atomrl_sample::ChatMessage::user("hi").role, "user");
-    /// ```
-    pub fn user(content: impl Into<String>) -> Self {
-        Self::new("user", content)
-    }
-}
+pub use atomrl_core::ChatMessage;
 
 const TEMPLATE_NAME: &str = "chat_template";
 

@@ -14,7 +14,7 @@ use atomrl_reward::{FnReward, WeightedRewards};
 use atomrl_sample::ChatTokenizer;
 use atomrl_trainer::config::{load_args, GRPOArgs};
 use atomrl_trainer::data::{Example, Prompt};
-use atomrl_trainer::logging::read_metrics;
+use atomrl_trainer::logging::{keys, read_metrics};
 use atomrl_trainer::Trainer;
 use candle_core::{DType, Device};
 
@@ -69,7 +69,7 @@ fn main() {
     let mut step_s: Vec<f64> = rows
         .iter()
         .skip(5)
-        .filter_map(|r| r.get("time/step_s"))
+        .filter_map(|r| r.get(keys::TIME_STEP_S))
         .collect();
     step_s.sort_by(f64::total_cmp);
     let median = step_s[step_s.len() / 2];
@@ -77,8 +77,8 @@ fn main() {
         .iter()
         .skip(5)
         .filter_map(|r| {
-            r.get("throughput/tokens_per_s")
-                .zip(r.get("time/step_s"))
+            r.get(keys::THROUGHPUT_TOKENS_PER_S)
+                .zip(r.get(keys::TIME_STEP_S))
                 .map(|(t, s)| t * s)
         })
         .sum::<f64>()
@@ -86,13 +86,13 @@ fn main() {
     let gen: f64 = rows
         .iter()
         .skip(5)
-        .filter_map(|r| r.get("time/generate_s"))
+        .filter_map(|r| r.get(keys::TIME_GENERATE_S))
         .sum::<f64>()
         / step_s.len() as f64;
     let train_s: f64 = rows
         .iter()
         .skip(5)
-        .filter_map(|r| r.get("time/train_s"))
+        .filter_map(|r| r.get(keys::TIME_TRAIN_S))
         .sum::<f64>()
         / step_s.len() as f64;
     println!(

@@ -10,6 +10,7 @@ use atomrl_core::{Error, Result};
 use atomrl_model::CausalLm;
 use serde::{Deserialize, Serialize};
 
+use crate::config::Recipe;
 use crate::data::SamplerState;
 use crate::optim::AdamW;
 
@@ -33,7 +34,7 @@ pub struct TrainerState {
     /// Last held-out accuracy, if evaluated.
     pub eval_accuracy: Option<f64>,
     /// The recipe, for information.
-    pub recipe: String,
+    pub recipe: Recipe,
 }
 
 /// Writes `output_dir/checkpoint-{state.step}` atomically: the model (HF folder, or PEFT adapter

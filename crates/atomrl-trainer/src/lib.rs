@@ -1,10 +1,12 @@
 //! GRPO, DAPO and SFT recipes composed from AtomRL's atomic crates.
 //!
-//! - [`data`]: datasets (JSONL, GSM8K parquet from the hub cache, synthetic word problems),
-//!   splits and seeded epoch sampling.
-//! - [`logging`]: `metrics.jsonl`, TensorBoard event files, PNG charts, the progress bar.
+//! - [`data`] (the `atomrl-data` crate): datasets (JSONL, GSM8K parquet from the hub cache,
+//!   synthetic word problems), splits and seeded epoch sampling.
+//! - [`logging`] (the `atomrl-metrics` crate): `metrics.jsonl`, TensorBoard event files, PNG
+//!   charts, the progress bar.
 //! - [`config`]: [`config::GRPOArgs`] with the `grpo`, `dapo` and `sft` presets.
-//! - [`optim`]: AdamW with savable state, LR schedules, gradient accumulation and clipping.
+//! - [`optim`] (the `atomrl-optim` crate): AdamW with savable state, LR schedules, gradient
+//!   accumulation and clipping.
 //! - [`grpo`]: [`GRPOTrainer`], the GRPO / DAPO loop.
 //! - [`checkpoint`]: atomic HF-format checkpoints with the trainer state, for exact resume.
 //! - [`runtime`]: device, dtype, threads, model and tokenizer loading.
@@ -13,15 +15,18 @@
 
 pub mod checkpoint;
 pub mod config;
-pub mod data;
 pub mod grpo;
 pub mod infer;
-pub mod logging;
-pub mod optim;
 pub mod parallel;
 pub mod run;
 pub mod runtime;
 pub mod sft;
 
+/// Datasets, re-exported from [`atomrl_data`].
+pub use atomrl_data as data;
+/// Metrics and logs, re-exported from [`atomrl_metrics`].
+pub use atomrl_metrics as logging;
+/// Optimisation, re-exported from [`atomrl_optim`].
+pub use atomrl_optim as optim;
 pub use config::{GRPOArgs, Recipe};
 pub use grpo::{GRPOTrainer, TrainSummary, Trainer};

@@ -13,7 +13,7 @@ use crate::runtime::{load_policy, select_device, set_threads};
 pub fn run_recipe(mut args: GRPOArgs) -> Result<TrainSummary> {
     plan_cpu(&mut args);
     set_threads(args.threads);
-    let device = select_device(&args.device)?;
+    let device = select_device(&args.device.to_string())?;
     let (model, tokenizer) = load_policy(&args, &device)?;
     match args.recipe {
         Recipe::Sft => crate::grpo::Trainer::sft(args, model, tokenizer)?.train(),
@@ -28,7 +28,7 @@ pub fn run_recipe(mut args: GRPOArgs) -> Result<TrainSummary> {
 /// its `config.json`, before any tensor work: candle sizes its thread pools once). A model
 /// that cannot be read yet is left to [`load_policy`] to report.
 fn plan_cpu(args: &mut GRPOArgs) {
-    if !args.device.starts_with("cpu") || (args.threads > 0 && args.workers > 0) {
+    if !args.device.is_cpu() || (args.threads > 0 && args.workers > 0) {
         return;
     }
     let params = crate::runtime::resolve_model_dir(&args.model)

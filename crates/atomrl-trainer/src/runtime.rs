@@ -206,7 +206,7 @@ pub fn resolve_model_dir(model: &str) -> Result<PathBuf> {
 /// Missing files, an unsupported architecture, bad LoRA settings, an unknown dtype.
 pub fn load_policy(args: &GRPOArgs, device: &Device) -> Result<(CausalLm, ChatTokenizer)> {
     let dir = resolve_model_dir(&args.model)?;
-    let compute = select_dtype(&args.dtype)?;
+    let compute = args.dtype.dtype();
     let mut model = CausalLm::from_hf_dir(&dir, DType::F32, device)?;
     if let Some(l) = &args.lora {
         let targets: Vec<&str> = l.target_modules.iter().map(String::as_str).collect();

@@ -14,7 +14,7 @@ use atomrl_sample::ChatTokenizer;
 use crate::config::GRPOArgs;
 use crate::data::{EpochSampler, Example};
 use crate::grpo::{accumulate_and_step, StepSettings, Trainer, TrainingBatch};
-use crate::logging::MetricRow;
+use crate::logging::{keys, MetricRow};
 
 /// Examples per batch when computing the held-out loss.
 const EVAL_LOSS_BATCH: usize = 32;
@@ -138,16 +138,16 @@ impl Trainer {
         }
         let seconds = started.elapsed().as_secs_f64();
         let mut row = MetricRow::new(step);
-        row.push("loss", outcome.loss);
-        row.push("grad_norm", outcome.grad_norm);
-        row.push("lr", lr);
-        row.push("tokens_per_s", total_tokens as f64 / seconds.max(1e-9));
-        row.push("completion_tokens", total_tokens as f64);
+        row.push(keys::LOSS, outcome.loss);
+        row.push(keys::GRAD_NORM, outcome.grad_norm);
+        row.push(keys::LR, lr);
+        row.push(keys::TOKENS_PER_S, total_tokens as f64 / seconds.max(1e-9));
+        row.push(keys::COMPLETION_TOKENS, total_tokens as f64);
         row.push(
-            "skipped_step",
+            keys::SKIPPED_STEP,
             if outcome.skipped.is_some() { 1.0 } else { 0.0 },
         );
-        row.push("time/step_s", seconds);
+        row.push(keys::TIME_STEP_S, seconds);
         self.last_samples.clear();
         Ok(row)
     }

@@ -53,7 +53,7 @@ fn update(
 ) -> (UpdateStats, CausalLm) {
     let m = model();
     let args = GRPOArgs {
-        loss_agg: loss_agg.into(),
+        loss_agg: loss_agg.parse().unwrap(),
         gradient_accumulation_steps: accumulation,
         workers,
         max_grad_norm: 0.0,

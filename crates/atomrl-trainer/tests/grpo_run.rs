@@ -284,7 +284,10 @@ fn config_errors_name_the_key() {
         ("lr=-1", "`lr`"),
         ("num_generations=1", "`num_generations`"),
         ("bogus=1", "bogus"),
-        ("kl_estimator=\"k9\"", "estimator"),
+        ("kl_estimator=\"k9\"", "`kl_estimator`"),
+        ("lr=\"fast\"", "`lr`"),
+        ("dtype=\"f64\"", "`dtype`"),
+        ("batch_size=\"eight\"", "`batch_size`"),
     ] {
         let out = train_bin()
             .args(["--config", cfg.to_str().unwrap(), "--set", set])

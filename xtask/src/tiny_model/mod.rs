@@ -29,9 +29,10 @@ use anyhow::{anyhow, bail, Context, Result};
 use atomrl_model::{Architecture, CausalLm, ModelConfig};
 use atomrl_reward::WeightedRewards;
 use atomrl_sample::ChatTokenizer;
-use atomrl_trainer::config::LrSchedule;
+use atomrl_trainer::config::{LrSchedule, Resume};
 use atomrl_trainer::data::{DataSource, SYNTHETIC_DEFAULT, SYNTHETIC_DEFAULT_PROBLEMS};
 use atomrl_trainer::grpo::{evaluate, EvalResult, PromptEncoder};
+use atomrl_trainer::logging::keys;
 use atomrl_trainer::{GRPOArgs, Recipe, Trainer};
 use candle_core::{DType, Device};
 use clap::Args;
@@ -170,7 +171,7 @@ fn sft_args(a: &TinyModelArgs, output_dir: &Path, decay: bool, resume: Option<&P
     args.save_total_limit = if a.eval_steps > 0 { 0 } else { 1 };
     args.logging_steps = 0;
     args.threads = a.threads;
-    args.resume = resume.map_or_else(|| "never".into(), |p| p.display().to_string());
+    args.resume = resume.map_or(Resume::Never, |p| Resume::From(p.to_path_buf()));
     args.progress = true;
     args
 }
@@ -389,14 +390,17 @@ fn step_time_and_first_eval(sft_dir: &Path, steps: usize) -> Result<(f64, Option
         let row: serde_json::Value =
             serde_json::from_str(line).with_context(|| format!("parsing {}", path.display()))?;
         let step = row
-            .get("step")
+            .get(keys::STEP)
             .and_then(serde_json::Value::as_u64)
             .unwrap_or(0);
         if step == 0 {
-            first = first.or_else(|| row.get("eval/accuracy").and_then(serde_json::Value::as_f64));
+            first = first.or_else(|| {
+                row.get(keys::EVAL_ACCURACY)
+                    .and_then(serde_json::Value::as_f64)
+            });
         } else if step as usize <= steps {
             seconds += row
-                .get("time/step_s")
+                .get(keys::TIME_STEP_S)
                 .and_then(serde_json::Value::as_f64)
                 .unwrap_or(0.0);
         }

@@ -2,6 +2,12 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use atomrl_optim::LrSchedule;
+
+use super::choices::{ComputeDtype, DeviceSpec, Resume};
+use atomrl_advantage::AdvantageMode;
+use atomrl_loss::{KlEstimator, LossAgg, RatioLevel};
+
 /// Which recipe a run follows; each one is a preset of [`GRPOArgs`] defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -13,19 +19,6 @@ pub enum Recipe {
     Dapo,
     /// Supervised fine-tuning on prompt/completion pairs (completion-only cross-entropy).
     Sft,
-}
-
-/// Learning-rate schedule after warm-up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum LrSchedule {
-    /// Constant after warm-up.
-    #[default]
-    Constant,
-    /// Linear decay to `min_lr_ratio · lr`.
-    Linear,
-    /// Cosine decay to `min_lr_ratio · lr`.
-    Cosine,
 }
 
 /// One reward function of the weighted total (`[[rewards]]` in the TOML file).
@@ -122,8 +115,8 @@ pub struct GRPOArgs {
     pub repetition_penalty: f64,
     /// KL coefficient; 0 means no reference model is held at all.
     pub beta: f64,
-    /// KL estimator: `k1`, `k2`, `k3` or `abs`.
-    pub kl_estimator: String,
+    /// KL estimator: `k1`, `k2`, `k3` or `abs` (verl's `kl`, `mse`, `low_var_kl` accepted).
+    pub kl_estimator: KlEstimator,
     /// Lower clip `ε_low`.
     pub clip_low: f64,
     /// Upper clip `ε_high` (DAPO clip-higher: 0.28).
@@ -132,13 +125,13 @@ pub struct GRPOArgs {
     pub clip_ratio_c: Option<f64>,
     /// Loss aggregation: `token_mean`, `seq_mean_token_mean`, `seq_mean_token_sum`,
     /// `seq_mean_token_sum_norm` (or TRL's `grpo`, `bnpo`, `dr_grpo`, `dapo`).
-    pub loss_agg: String,
-    /// Importance ratio per `token` (PPO/GRPO) or per `sequence` (GSPO).
-    pub ratio_level: String,
+    pub loss_agg: LossAgg,
+    /// Importance ratio per `token` (PPO/GRPO) or per `sequence` (GSPO; `gspo` accepted).
+    pub ratio_level: RatioLevel,
     /// Policy updates per generation batch (μ); > 1 computes old log-probs before updating.
     pub num_iterations: usize,
     /// Advantage estimator: `grpo`, `grpo_no_std`, `batch`, `rloo`, `reinforce_pp`, `raw`.
-    pub advantage_mode: String,
+    pub advantage_mode: AdvantageMode,
     /// `eps` added to the group std.
     pub advantage_eps: f64,
     /// DAPO dynamic sampling: drop groups with zero reward spread and generate more.
@@ -187,17 +180,17 @@ pub struct GRPOArgs {
     pub logging_steps: usize,
     /// Resume: `"auto"` (latest complete checkpoint in `output_dir`, if any), `"never"`, or a
     /// checkpoint folder.
-    pub resume: String,
+    pub resume: Resume,
     /// LoRA adapters instead of full fine-tuning.
     pub lora: Option<LoraArgs>,
     /// Compute dtype of the forward and backward: `f32`, `bf16` or `f16`. The master weights,
     /// their gradients and the optimizer state stay f32 whatever this says (mixed precision:
     /// weights are cast to this dtype for each forward, see docs/cuda.md). `bf16` is the usual
     /// choice on CUDA; on the CPU it saves memory but is not faster.
-    pub dtype: String,
+    pub dtype: ComputeDtype,
     /// `cpu`, `cuda` (GPU 0) or `cuda:N`. CUDA needs a build with `--features cuda`; without it,
     /// or without a usable GPU, the run stops with an error saying so.
-    pub device: String,
+    pub device: DeviceSpec,
     /// Gradient checkpointing: recompute each decoder layer's activations in backward instead
     /// of keeping them (about a third more compute for much less activation memory). Not
     /// supported together with LoRA dropout.
@@ -230,7 +223,7 @@ impl GRPOArgs {
     /// ```
     /// use atomrl_trainer::config::{GRPOArgs, Recipe};
     /// let dapo = GRPOArgs::preset(Recipe::Dapo);
-    /// assert_eq!((dapo.clip_high, dapo.loss_agg.as_str(), dapo.dynamic_sampling, dapo.beta), (0.28, "token_mean", true, 0.0));
+    /// assert_eq!((dapo.clip_high, dapo.loss_agg.name(), dapo.dynamic_sampling, dapo.beta), (0.28, "token_mean", true, 0.0));
     /// ```
     pub fn preset(recipe: Recipe) -> Self {
         let grpo = Self {
@@ -255,14 +248,14 @@ impl GRPOArgs {
             min_p: 0.0,
             repetition_penalty: 1.0,
             beta: 0.0,
-            kl_estimator: "k3".into(),
+            kl_estimator: KlEstimator::K3,
             clip_low: 0.2,
             clip_high: 0.2,
             clip_ratio_c: None,
-            loss_agg: "seq_mean_token_mean".into(),
-            ratio_level: "token".into(),
+            loss_agg: LossAgg::SeqMeanTokenMean,
+            ratio_level: RatioLevel::Token,
             num_iterations: 1,
-            advantage_mode: "grpo".into(),
+            advantage_mode: AdvantageMode::Grpo,
             advantage_eps: 1e-6,
             dynamic_sampling: false,
             max_num_gen_batches: 4,
@@ -297,10 +290,10 @@ impl GRPOArgs {
             save_total_limit: 3,
             eval_steps: 0,
             logging_steps: 10,
-            resume: "never".into(),
+            resume: Resume::Never,
             lora: None,
-            dtype: "f32".into(),
-            device: "cpu".into(),
+            dtype: ComputeDtype::F32,
+            device: DeviceSpec::Cpu,
             gradient_checkpointing: false,
             threads: 0,
             workers: 0,
@@ -313,7 +306,7 @@ impl GRPOArgs {
             Recipe::Dapo => Self {
                 clip_low: 0.2,
                 clip_high: 0.28,
-                loss_agg: "token_mean".into(),
+                loss_agg: LossAgg::TokenMean,
                 dynamic_sampling: true,
                 overlong_buffer_len: Some(64),
                 overlong_penalty_factor: 1.0,
@@ -323,7 +316,7 @@ impl GRPOArgs {
             Recipe::Sft => Self {
                 num_generations: 1,
                 lr: 2e-5,
-                loss_agg: "token_mean".into(),
+                loss_agg: LossAgg::TokenMean,
                 rewards: Vec::new(),
                 ..grpo
             },

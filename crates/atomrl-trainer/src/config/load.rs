@@ -6,6 +6,7 @@ use std::str::FromStr;
 use atomrl_core::{Error, Result};
 
 use super::args::{GRPOArgs, Recipe};
+use super::choices::{DeviceSpec, Resume};
 
 const FUNC: &str = "config";
 
@@ -51,24 +52,61 @@ pub fn load_args(
         "recipe".into(),
         toml::Value::try_from(recipe).map_err(|e| Error::value(FUNC, "recipe", "a recipe", e))?,
     );
-    let mut merged = toml::Table::try_from(GRPOArgs::preset(recipe))
+    let preset = toml::Table::try_from(GRPOArgs::preset(recipe))
         .map_err(|e| Error::value(FUNC, "preset", "serialisable defaults", e))?;
-    for (k, v) in table {
-        merged.insert(k, v);
+    let mut merged = preset.clone();
+    for (k, v) in &table {
+        merged.insert(k.clone(), v.clone());
     }
-    let args: GRPOArgs = toml::Value::Table(merged)
-        .try_into()
-        .map_err(|e: toml::de::Error| {
-            Error::value(
-                FUNC,
-                "configuration",
-                "known keys with valid values",
-                e.message(),
-            )
-        })?;
+    let args: GRPOArgs = match toml::Value::Table(merged).try_into() {
+        Ok(args) => args,
+        Err(e) => return Err(name_the_key(&preset, &table, &e)),
+    };
     super::validate::validate(&args)?;
     Ok(args)
 }
+
+/// The error of a configuration that does not deserialise, naming the key at fault: the first
+/// key of `table` that fails on its own over the `preset` (serde's own messages name the
+/// expected type or choices, not the key).
+fn name_the_key(preset: &toml::Table, table: &toml::Table, whole: &toml::de::Error) -> Error {
+    for (key, value) in table {
+        let mut one = preset.clone();
+        one.insert(key.clone(), value.clone());
+        if let Err(e) = toml::Value::Table(one).try_into::<GRPOArgs>() {
+            // The choices parsed from a string already name the key in their own error.
+            let own = match (key.as_str(), value.as_str()) {
+                ("device", Some(v)) => v.parse::<DeviceSpec>().err(),
+                ("resume", Some(v)) => v.parse::<Resume>().err(),
+                _ => None,
+            };
+            if let Some(own) = own {
+                return own;
+            }
+            let expected = if preset.contains_key(key) || KNOWN_OPTIONAL.contains(&key.as_str()) {
+                "a valid value"
+            } else {
+                "a known key"
+            };
+            return Error::value(FUNC, key, expected, e.message());
+        }
+    }
+    Error::value(
+        FUNC,
+        "configuration",
+        "known keys with valid values",
+        whole.message(),
+    )
+}
+
+/// The keys of [`GRPOArgs`] whose default is absent (so the preset table has no entry).
+const KNOWN_OPTIONAL: [&str; 5] = [
+    "eval_dataset",
+    "clip_ratio_c",
+    "overlong_buffer_len",
+    "lora",
+    "system_prompt",
+];
 
 fn read_table(path: &Path) -> Result<toml::Table> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::file(path.display(), e))?;
@@ -160,13 +198,57 @@ mod tests {
         o.push("batch_size=\"eight\"".into());
         let e = load_args(None, None, &o).unwrap_err().to_string();
         assert!(
-            e.contains("batch_size") || e.contains("invalid type"),
+            e.contains("`batch_size`") && e.contains("invalid type"),
             "{e}"
         );
+        let mut o = base();
+        o.push("lr=\"fast\"".into());
+        let e = load_args(None, None, &o).unwrap_err().to_string();
+        assert!(e.contains("`lr`") && e.contains("expected f64"), "{e}");
+        let mut o = base();
+        o.push("lora.r=\"x\"".into());
+        let e = load_args(None, None, &o).unwrap_err().to_string();
+        assert!(e.contains("`lora`"), "{e}");
         let mut o = base();
         o.push("lr=-1".into());
         let e = load_args(None, None, &o).unwrap_err().to_string();
         assert!(e.contains("`lr`"), "{e}");
+    }
+
+    #[test]
+    fn closed_choices_are_parsed_once_into_enums() {
+        let mut o = base();
+        o.extend([
+            "kl_estimator=low_var_kl".into(),
+            "loss_agg=dr_grpo".into(),
+            "ratio_level=gspo".into(),
+            "advantage_mode=rloo".into(),
+            "dtype=bf16".into(),
+            "device=cuda:1".into(),
+            "resume=auto".into(),
+        ]);
+        let a = load_args(None, None, &o).unwrap();
+        assert_eq!(a.kl_estimator, atomrl_loss::KlEstimator::K3);
+        assert_eq!(a.loss_agg, atomrl_loss::LossAgg::SeqMeanTokenSumNorm);
+        assert_eq!(a.ratio_level, atomrl_loss::RatioLevel::Sequence);
+        assert_eq!(a.advantage_mode, atomrl_advantage::AdvantageMode::Rloo);
+        assert_eq!(a.dtype, super::super::ComputeDtype::Bf16);
+        assert_eq!(a.device, super::super::DeviceSpec::Cuda(Some(1)));
+        assert_eq!(a.resume, super::super::Resume::Auto);
+        for (item, key) in [
+            ("kl_estimator=k9", "`kl_estimator`"),
+            ("loss_agg=mean", "`loss_agg`"),
+            ("ratio_level=word", "`ratio_level`"),
+            ("advantage_mode=ppo", "`advantage_mode`"),
+            ("dtype=f64", "`dtype`"),
+            ("device=tpu", "`device`"),
+            ("resume=3", "`resume`"),
+        ] {
+            let mut o = base();
+            o.push(item.into());
+            let e = load_args(None, None, &o).unwrap_err().to_string();
+            assert!(e.contains(key), "{item}: {e}");
+        }
     }
 
     #[test]

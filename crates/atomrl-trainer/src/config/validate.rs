@@ -1,14 +1,13 @@
 //! Range and name checks of [`GRPOArgs`], each error naming the key.
 
-use std::str::FromStr;
-
 use atomrl_core::{Error, Result};
 
 use super::args::{GRPOArgs, Recipe};
 
 const FUNC: &str = "config";
 
-/// Checks every option's range and every name (estimators, modes, rewards).
+/// Checks every option's range, the reward names and the resume folder (the closed sets of
+/// choices are enums, checked when the configuration is parsed).
 ///
 /// # Errors
 /// [`Error::Value`] / [`Error::UnknownChoice`] naming the key.
@@ -48,7 +47,7 @@ pub fn validate(a: &GRPOArgs) -> Result<()> {
             "a JSONL/parquet file or a hub dataset id",
         ));
     }
-    if a.workers > 1 && !a.device.starts_with("cpu") {
+    if a.workers > 1 && !a.device.is_cpu() {
         return Err(Error::value(
             FUNC,
             "workers",
@@ -114,10 +113,6 @@ pub fn validate(a: &GRPOArgs) -> Result<()> {
             ));
         }
     }
-    atomrl_loss::KlEstimator::from_str(&a.kl_estimator)?;
-    atomrl_loss::LossAgg::from_str(&a.loss_agg)?;
-    atomrl_loss::RatioLevel::from_str(&a.ratio_level)?;
-    atomrl_advantage::AdvantageMode::from_str(&a.advantage_mode)?;
     super::rewards::build_rewards(a)?;
     if let Some(lora) = &a.lora {
         at_least("lora.r", lora.r, 1)?;
@@ -131,29 +126,15 @@ pub fn validate(a: &GRPOArgs) -> Result<()> {
             ));
         }
     }
-    if !matches!(a.dtype.as_str(), "f32" | "bf16" | "f16") {
-        return Err(Error::unknown_choice(
-            FUNC,
-            "dtype",
-            &["f32", "bf16", "f16"],
-            &a.dtype,
-        ));
-    }
-    if a.device != "cpu" && !a.device.starts_with("cuda") {
-        return Err(Error::value(
-            FUNC,
-            "device",
-            "cpu, cuda or cuda:N",
-            &a.device,
-        ));
-    }
-    if !matches!(a.resume.as_str(), "auto" | "never") && !std::path::Path::new(&a.resume).is_dir() {
-        return Err(Error::value(
-            FUNC,
-            "resume",
-            "auto, never or an existing checkpoint folder",
-            &a.resume,
-        ));
+    if let Some(dir) = a.resume.path() {
+        if !dir.is_dir() {
+            return Err(Error::value(
+                FUNC,
+                "resume",
+                "auto, never or an existing checkpoint folder",
+                dir.display(),
+            ));
+        }
     }
     Ok(())
 }

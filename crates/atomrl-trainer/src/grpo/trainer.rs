@@ -1,10 +1,9 @@
 //! `GRPOTrainer`: the GRPO / DAPO loop with checkpoints, exact resume, metrics and evaluation.
 
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::Instant;
 
-use atomrl_advantage::{compute_advantages, AdvantageMode};
+use atomrl_advantage::compute_advantages;
 use atomrl_core::{CandleContext, Error, Result};
 use atomrl_model::CausalLm;
 use atomrl_reward::WeightedRewards;
@@ -17,9 +16,9 @@ use super::prompt::PromptEncoder;
 use super::rollout::{add_round, generate_group_rows_sharded, RolloutContext, Rollouts};
 use super::update::{policy_update, UpdateContext};
 use crate::checkpoint::{latest_checkpoint, load_trainer_state, save_checkpoint, TrainerState};
-use crate::config::GRPOArgs;
+use crate::config::{GRPOArgs, Resume};
 use crate::data::{DataSource, EpochSampler, Example, SplitMix64};
-use crate::logging::{MetricRow, MetricsLogger};
+use crate::logging::{keys, MetricRow, MetricsLogger};
 use crate::optim::{budget_schedule_step, learning_rate, warmup_steps, AdamW, AdamWConfig};
 
 /// What a finished run reports.
@@ -197,7 +196,7 @@ impl Trainer {
             skipped_steps: 0,
             seed: self.args.seed,
             eval_accuracy: None,
-            recipe: format!("{:?}", self.args.recipe).to_lowercase(),
+            recipe: self.args.recipe,
         };
         if let Some(ckpt) = self.resume_point(&output_dir)? {
             state = self.restore(&ckpt)?;
@@ -274,7 +273,7 @@ impl Trainer {
             };
             state.step = step;
             state.sampler = sampler.state();
-            state.skipped_steps += row.get("skipped_step").unwrap_or(0.0) as u64;
+            state.skipped_steps += row.get(keys::SKIPPED_STEP).unwrap_or(0.0) as u64;
             let out_of_time = self.args.time_budget_s > 0.0
                 && started.elapsed().as_secs_f64() >= self.args.time_budget_s;
             if out_of_time && (step as usize) < total {
@@ -396,11 +395,10 @@ impl Trainer {
             None
         } else {
             let rewards: Vec<f32> = rollouts.rows.iter().map(|r| r.reward as f32).collect();
-            let mode = AdvantageMode::from_str(&a.advantage_mode)?;
             let adv = compute_advantages(
                 &Tensor::new(rewards.as_slice(), &Device::Cpu).ctx("step")?,
                 g,
-                mode,
+                a.advantage_mode,
                 a.advantage_eps,
             )?;
             let advantages: Vec<f32> = adv.advantages.to_vec1().ctx("step")?;
@@ -504,20 +502,20 @@ impl Trainer {
             .iter()
             .filter(|x| x.finish_reason == FinishReason::Length)
             .count();
-        row.push("reward/mean", mean(&r.all_rewards));
-        row.push("reward/std", std(&r.all_rewards));
+        row.push(keys::REWARD_MEAN, mean(&r.all_rewards));
+        row.push(keys::REWARD_STD, std(&r.all_rewards));
         for (i, name) in self.rewards.names().iter().enumerate() {
             let v: Vec<f64> = r.rows.iter().map(|x| x.rewards_per_fn[i]).collect();
-            row.push(format!("reward/{name}/mean"), mean(&v));
+            row.push(keys::reward_fn_mean(name), mean(&v));
         }
-        row.push("accuracy", mean(&r.all_correct));
-        row.push("completion_length/mean", mean(&lengths));
+        row.push(keys::ACCURACY, mean(&r.all_correct));
+        row.push(keys::COMPLETION_LENGTH_MEAN, mean(&lengths));
         row.push(
-            "completion_length/max",
+            keys::COMPLETION_LENGTH_MAX,
             lengths.iter().copied().fold(0.0, f64::max),
         );
         row.push(
-            "truncated_frac",
+            keys::TRUNCATED_FRAC,
             if r.rows.is_empty() {
                 0.0
             } else {
@@ -525,38 +523,38 @@ impl Trainer {
             },
         );
         row.push(
-            "zero_std_groups_frac",
+            keys::ZERO_STD_GROUPS_FRAC,
             if r.groups_generated == 0 {
                 0.0
             } else {
                 r.zero_std_groups as f64 / r.groups_generated as f64
             },
         );
-        row.push("dropped_groups", r.dropped_groups as f64);
-        row.push("generation_rounds", r.rounds as f64);
+        row.push(keys::DROPPED_GROUPS, r.dropped_groups as f64);
+        row.push(keys::GENERATION_ROUNDS, r.rounds as f64);
         let s = stats.cloned().unwrap_or_default();
         let or_nan = |present: bool, v: f64| if present { v } else { f64::NAN };
         let has = stats.is_some();
-        row.push("kl", if has { s.kl } else { f64::NAN });
-        row.push("entropy", or_nan(has, s.entropy));
-        row.push("clip_frac/low", or_nan(has, s.clip_frac_low));
-        row.push("clip_frac/high", or_nan(has, s.clip_frac_high));
-        row.push("clip_frac/total", or_nan(has, s.clip_frac));
-        row.push("ppo_kl", or_nan(has, s.ppo_kl));
-        row.push("loss", or_nan(has, s.loss));
-        row.push("grad_norm", or_nan(has, s.grad_norm));
-        row.push("lr", lr);
-        row.push("skipped_step", skipped as f64);
+        row.push(keys::KL, if has { s.kl } else { f64::NAN });
+        row.push(keys::ENTROPY, or_nan(has, s.entropy));
+        row.push(keys::CLIP_FRAC_LOW, or_nan(has, s.clip_frac_low));
+        row.push(keys::CLIP_FRAC_HIGH, or_nan(has, s.clip_frac_high));
+        row.push(keys::CLIP_FRAC_TOTAL, or_nan(has, s.clip_frac));
+        row.push(keys::PPO_KL, or_nan(has, s.ppo_kl));
+        row.push(keys::LOSS, or_nan(has, s.loss));
+        row.push(keys::GRAD_NORM, or_nan(has, s.grad_norm));
+        row.push(keys::LR, lr);
+        row.push(keys::SKIPPED_STEP, skipped as f64);
         let step_s = generate_s + train_s;
-        row.push("time/step_s", step_s);
-        row.push("time/generate_s", generate_s);
-        row.push("time/train_s", train_s);
+        row.push(keys::TIME_STEP_S, step_s);
+        row.push(keys::TIME_GENERATE_S, generate_s);
+        row.push(keys::TIME_TRAIN_S, train_s);
         row.push(
-            "throughput/completions_per_s",
+            keys::THROUGHPUT_COMPLETIONS_PER_S,
             r.all_rewards.len() as f64 / step_s.max(1e-9),
         );
         row.push(
-            "throughput/tokens_per_s",
+            keys::THROUGHPUT_TOKENS_PER_S,
             r.generated_tokens as f64 / step_s.max(1e-9),
         );
     }
@@ -581,10 +579,10 @@ impl Trainer {
     }
 
     fn resume_point(&self, output_dir: &Path) -> Result<Option<PathBuf>> {
-        match self.args.resume.as_str() {
-            "never" => Ok(None),
-            "auto" => latest_checkpoint(output_dir),
-            path => Ok(Some(PathBuf::from(path))),
+        match &self.args.resume {
+            Resume::Never => Ok(None),
+            Resume::Auto => latest_checkpoint(output_dir),
+            Resume::From(path) => Ok(Some(path.clone())),
         }
     }
 
@@ -637,11 +635,11 @@ fn sampling_seed(seed: u64, step: u64, round: u64) -> u64 {
 }
 
 fn push_eval(row: &mut MetricRow, r: &EvalResult) {
-    row.push("eval/accuracy", r.accuracy);
-    row.push("eval/format_rate", r.format_rate);
-    row.push("eval/completion_length", r.mean_length);
+    row.push(keys::EVAL_ACCURACY, r.accuracy);
+    row.push(keys::EVAL_FORMAT_RATE, r.format_rate);
+    row.push(keys::EVAL_COMPLETION_LENGTH, r.mean_length);
     if let Some(loss) = r.loss {
-        row.push("eval/loss", loss);
+        row.push(keys::EVAL_LOSS, loss);
     }
 }
 

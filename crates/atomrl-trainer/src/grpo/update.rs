@@ -1,13 +1,10 @@
 //! The policy update of one step: log-probs, loss (+ β·KL − entropy bonus), gradient
 //! accumulation with the global normaliser, clipping, the NaN/Inf guard, AdamW.
 
-use std::str::FromStr;
-
 use atomrl_core::{CandleContext, Result};
 use atomrl_logprob::{get_action_log_probs, get_shared_prompt_log_probs, TokenLogProbs};
 use atomrl_loss::{
-    aggregate_loss, compute_kl_penalty, compute_policy_loss, AggOptions, KlEstimator, LossAgg,
-    PolicyLossOptions, RatioLevel,
+    aggregate_loss, compute_kl_penalty, compute_policy_loss, AggOptions, PolicyLossOptions,
 };
 use atomrl_model::CausalLm;
 use candle_core::{Tensor, Var};
@@ -174,7 +171,7 @@ pub fn policy_update(
     // The global normaliser: every micro-batch divides by the whole batch's tokens / rows, so
     // the micro-batch losses add up to the full-batch loss (TRL issue #3021).
     let agg = AggOptions {
-        mode: LossAgg::from_str(&a.loss_agg)?,
+        mode: a.loss_agg,
         max_len: Some(a.max_completion_length),
         global_tokens: Some(total_tokens),
         global_seqs: Some(rows as f64),
@@ -183,10 +180,10 @@ pub fn policy_update(
         clip_low: a.clip_low,
         clip_high: a.clip_high,
         clip_ratio_c: a.clip_ratio_c,
-        ratio_level: RatioLevel::from_str(&a.ratio_level)?,
+        ratio_level: a.ratio_level,
         agg,
     };
-    let estimator = KlEstimator::from_str(&a.kl_estimator)?;
+    let estimator = a.kl_estimator;
     // With no KL and no entropy term, a row whose advantage is exactly 0 has a per-token loss of
     // exactly 0 and no gradient: skipping its forward and backward changes nothing (its tokens
     // stay in the global normaliser above) and saves the compute of every flat group.

@@ -1,0 +1,79 @@
+//! A seeded train / held-out split.
+
+use atomrl_core::{Error, Result};
+
+use crate::example::Example;
+use crate::shuffle::seeded_permutation;
+
+/// Splits `examples` into `(train, eval)`: a seeded shuffle ([`seeded_permutation`]), then the
+/// first `eval_size` examples of the shuffled order are `eval` and the rest `train` (both in
+/// shuffled order).
+///
+/// Deterministic for a seed and stable across dependency versions; a larger `eval_size` with
+/// the same seed keeps the smaller eval set as its prefix.
+///
+/// # Errors
+/// [`Error::Value`] when `eval_size >= examples.len()` (the train set would be empty).
+///
+/// ```
+/// use atomrl_data::{train_eval_split, Example};
+/// let rows: Vec<Example> = (0..10).map(|i| Example::new(format!("q{i}"), i.to_string())).collect();
+/// let (train, eval) = train_eval_split(rows.clone(), 3, 7)?;
+/// assert_eq!((train.len(), eval.len()), (7, 3));
+/// assert_eq!(train_eval_split(rows.clone(), 3, 7)?.1, eval);
+/// assert!(train_eval_split(rows, 10, 7).is_err());
+/// # Ok::<(), atomrl_core::Error>(())
+/// ```
+pub fn train_eval_split(
+    examples: Vec<Example>,
+    eval_size: usize,
+    seed: u64,
+) -> Result<(Vec<Example>, Vec<Example>)> {
+    let n = examples.len();
+    if eval_size >= n {
+        return Err(Error::value(
+            "train_eval_split",
+            "eval_size",
+            format!("smaller than the number of examples ({n})"),
+            eval_size,
+        ));
+    }
+    let mut slots: Vec<Option<Example>> = examples.into_iter().map(Some).collect();
+    let mut shuffled = seeded_permutation(n, seed)
+        .into_iter()
+        .filter_map(|i| slots.get_mut(i).and_then(Option::take));
+    let eval: Vec<Example> = shuffled.by_ref().take(eval_size).collect();
+    let train: Vec<Example> = shuffled.collect();
+    Ok((train, eval))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn rows(n: usize) -> Vec<Example> {
+        (0..n).map(|i| Example::new(format!("q{i}"), "0")).collect()
+    }
+
+    #[test]
+    fn partition_and_prefix() {
+        let (train, eval) = train_eval_split(rows(50), 10, 1).unwrap();
+        let mut all: Vec<String> = train
+            .iter()
+            .chain(&eval)
+            .map(|e| e.prompt.to_string())
+            .collect();
+        all.sort();
+        let mut want: Vec<String> = rows(50).iter().map(|e| e.prompt.to_string()).collect();
+        want.sort();
+        assert_eq!(all, want);
+        let (_, eval12) = train_eval_split(rows(50), 12, 1).unwrap();
+        assert_eq!(&eval12[..10], &eval[..]);
+        let (_, other) = train_eval_split(rows(50), 10, 2).unwrap();
+        assert_ne!(other, eval);
+        let (train, eval) = train_eval_split(rows(3), 0, 1).unwrap();
+        assert_eq!((train.len(), eval.len()), (3, 0));
+        assert!(train_eval_split(Vec::new(), 0, 1).is_err());
+    }
+}

@@ -1,0 +1,82 @@
+//! The metric keys: every name a trainer writes to `metrics.jsonl` (and TensorBoard), and the
+//! charts, the progress bar and the readers look up. One constant each, so that no key is
+//! spelt twice.
+//!
+//! ```
+//! use atomrl_metrics::{keys, MetricRow};
+//! let mut row = MetricRow::new(1);
+//! row.push(keys::REWARD_MEAN, 0.5).push(keys::reward_fn_mean("correctness"), 1.0);
+//! assert_eq!(row.get("reward/correctness/mean"), Some(1.0));
+//! ```
+
+pub use crate::record::STEP_KEY as STEP;
+
+/// Mean total reward of the step's completions.
+pub const REWARD_MEAN: &str = "reward/mean";
+/// Standard deviation of the total reward.
+pub const REWARD_STD: &str = "reward/std";
+/// Prefix of the per-function reward means, `reward/<fn>/mean` ([`reward_fn_mean`]).
+pub const REWARD_PREFIX: &str = "reward/";
+/// Suffix of the per-function reward means.
+pub const REWARD_FN_SUFFIX: &str = "/mean";
+/// Share of completions whose answer is correct.
+pub const ACCURACY: &str = "accuracy";
+/// Mean completion length in tokens.
+pub const COMPLETION_LENGTH_MEAN: &str = "completion_length/mean";
+/// Longest completion in tokens.
+pub const COMPLETION_LENGTH_MAX: &str = "completion_length/max";
+/// Share of completions cut at the generation budget.
+pub const TRUNCATED_FRAC: &str = "truncated_frac";
+/// Share of generated groups whose rewards are all equal.
+pub const ZERO_STD_GROUPS_FRAC: &str = "zero_std_groups_frac";
+/// Groups dropped by dynamic sampling.
+pub const DROPPED_GROUPS: &str = "dropped_groups";
+/// Generation rounds the step took.
+pub const GENERATION_ROUNDS: &str = "generation_rounds";
+/// KL to the reference policy (NaN when no reference is held).
+pub const KL: &str = "kl";
+/// Mean policy entropy per token.
+pub const ENTROPY: &str = "entropy";
+/// Share of tokens clipped below.
+pub const CLIP_FRAC_LOW: &str = "clip_frac/low";
+/// Share of tokens clipped above.
+pub const CLIP_FRAC_HIGH: &str = "clip_frac/high";
+/// Share of tokens clipped either way.
+pub const CLIP_FRAC_TOTAL: &str = "clip_frac/total";
+/// Approximate KL between the policy and the one that sampled.
+pub const PPO_KL: &str = "ppo_kl";
+/// The loss of the step.
+pub const LOSS: &str = "loss";
+/// Gradient norm before clipping.
+pub const GRAD_NORM: &str = "grad_norm";
+/// Learning rate of the step.
+pub const LR: &str = "lr";
+/// 1 when the update was skipped (non-finite loss or gradient), else 0.
+pub const SKIPPED_STEP: &str = "skipped_step";
+/// Seconds of the whole step.
+pub const TIME_STEP_S: &str = "time/step_s";
+/// Seconds spent generating.
+pub const TIME_GENERATE_S: &str = "time/generate_s";
+/// Seconds spent in the update.
+pub const TIME_TRAIN_S: &str = "time/train_s";
+/// Completions per second of the step.
+pub const THROUGHPUT_COMPLETIONS_PER_S: &str = "throughput/completions_per_s";
+/// Generated tokens per second of the step.
+pub const THROUGHPUT_TOKENS_PER_S: &str = "throughput/tokens_per_s";
+/// Trained tokens per second (SFT).
+pub const TOKENS_PER_S: &str = "tokens_per_s";
+/// Completion tokens in the step's loss (SFT).
+pub const COMPLETION_TOKENS: &str = "completion_tokens";
+/// Held-out accuracy.
+pub const EVAL_ACCURACY: &str = "eval/accuracy";
+/// Held-out share of completions in the hard format.
+pub const EVAL_FORMAT_RATE: &str = "eval/format_rate";
+/// Held-out mean completion length.
+pub const EVAL_COMPLETION_LENGTH: &str = "eval/completion_length";
+/// Held-out loss (SFT).
+pub const EVAL_LOSS: &str = "eval/loss";
+
+/// The key of reward function `name`'s mean: `reward/<name>/mean`.
+pub fn reward_fn_mean(name: &str) -> String {
+    format!("{REWARD_PREFIX}{name}{REWARD_FN_SUFFIX}")
+}

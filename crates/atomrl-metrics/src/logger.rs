@@ -1,0 +1,306 @@
+//! `MetricsLogger`: one call per step feeds metrics.jsonl, TensorBoard and the progress bar.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use atomrl_core::{Error, Result};
+use serde_json::{Map, Number, Value};
+
+use crate::charts::write_charts;
+use crate::jsonl::{read_metrics, JsonlWriter};
+use crate::progress::Progress;
+use crate::record::{MetricRow, STEP_KEY};
+use crate::tensorboard::TensorBoardWriter;
+
+/// File name of the per-step metrics in the output folder.
+pub const METRICS_FILE: &str = "metrics.jsonl";
+/// File name of the logged sample completions in the output folder.
+pub const SAMPLES_FILE: &str = "samples.jsonl";
+/// Folder (in the output folder) of the TensorBoard event files.
+pub const TENSORBOARD_DIR: &str = "tensorboard";
+/// Folder (in the output folder) of the PNG charts written by [`MetricsLogger::finish`].
+pub const CHARTS_DIR: &str = "charts";
+/// TensorBoard text tag of the sample completions.
+pub const SAMPLES_TAG: &str = "samples";
+
+/// Characters of prompt and completion shown in the progress line of a sample.
+const PREVIEW_CHARS: usize = 160;
+
+/// The trainer's logging front end:
+///
+/// ```text
+/// output_dir/
+///   metrics.jsonl        one MetricRow per logged step
+///   samples.jsonl        {"step", "index", "prompt", "completion", "reward"} per sample
+///   tensorboard/         events.out.tfevents.* (scalars + sample text)
+///   charts/*.png         written by `finish`
+/// ```
+///
+/// Resuming (`resume_after_step = Some(s)`, the step of the checkpoint loaded) cuts
+/// `metrics.jsonl` and `samples.jsonl` back to the rows with `step <= s` and marks a session
+/// restart at `s + 1` in a new TensorBoard event file, so a run killed at any point and resumed
+/// ends with the same JSONL rows as an uninterrupted run.
+///
+/// # Example
+/// ```
+/// use atomrl_metrics::{MetricRow, MetricsLogger};
+///
+/// let dir = std::env::temp_dir().join(format!("atomrl-doc-logger-{}", std::process::id()));
+/// let mut logger = MetricsLogger::create(&dir, None, 10, false)?;
+/// for step in 1..=10 {
+///     let row = MetricRow::new(step)
+///         .with("reward/mean", step as f64 / 10.0)
+///         .with("loss", 1.0 / step as f64);
+///     logger.log(&row)?;
+/// }
+/// logger.log_samples(10, &[("2+2?".into(), "4".into(), 1.0)])?;
+/// let charts = logger.finish()?;
+/// assert_eq!(charts.len(), 2); // reward.png, loss.png
+/// assert!(dir.join("metrics.jsonl").exists() && dir.join("samples.jsonl").exists());
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct MetricsLogger {
+    output_dir: PathBuf,
+    metrics: JsonlWriter,
+    samples: JsonlWriter,
+    tensorboard: TensorBoardWriter,
+    progress: Progress,
+}
+
+impl MetricsLogger {
+    /// Creates `output_dir` and opens its `metrics.jsonl`, `samples.jsonl` and a new
+    /// TensorBoard event file in `tensorboard/`; see [`MetricsLogger`] for resuming. The
+    /// progress bar covers `total_steps` and is shown when `show_progress` is set and stderr is
+    /// a terminal (plain lines when stderr is redirected; see [`Progress`]).
+    ///
+    /// # Errors
+    /// [`Error::File`] when a folder or file cannot be created, or an existing JSONL file is
+    /// corrupt before its last line (see [`JsonlWriter::open`]).
+    ///
+    /// # Example
+    /// See [`MetricsLogger`].
+    pub fn create(
+        output_dir: &Path,
+        resume_after_step: Option<u64>,
+        total_steps: u64,
+        show_progress: bool,
+    ) -> Result<Self> {
+        fs::create_dir_all(output_dir).map_err(|e| Error::file(output_dir.display(), e))?;
+        let metrics = JsonlWriter::open(output_dir.join(METRICS_FILE), resume_after_step)?;
+        let samples = JsonlWriter::open(output_dir.join(SAMPLES_FILE), resume_after_step)?;
+        let mut tensorboard = TensorBoardWriter::create(output_dir.join(TENSORBOARD_DIR))?;
+        if let Some(step) = resume_after_step {
+            tensorboard.add_session_start(step.saturating_add(1))?;
+        }
+        let progress = Progress::new(total_steps, resume_after_step.unwrap_or(0), show_progress);
+        Ok(Self {
+            output_dir: output_dir.to_path_buf(),
+            metrics,
+            samples,
+            tensorboard,
+            progress,
+        })
+    }
+
+    /// Logs one step: appends the row to `metrics.jsonl`, writes its finite values as
+    /// TensorBoard scalars and updates the progress bar.
+    ///
+    /// # Errors
+    /// [`Error::File`] on a write failure; [`Error::Value`] for a metric named `step`.
+    ///
+    /// # Example
+    /// See [`MetricsLogger`].
+    pub fn log(&mut self, row: &MetricRow) -> Result<()> {
+        self.metrics.write(row)?;
+        self.tensorboard.add_scalars(row)?;
+        self.progress.update(row);
+        Ok(())
+    }
+
+    /// Logs sample completions of `step`, each `(prompt, completion, reward)`: one line each in
+    /// `samples.jsonl`, all of them as one Markdown text summary in TensorBoard (tag
+    /// `samples`), and a one-line preview of the first above the progress bar. An empty slice
+    /// logs nothing.
+    ///
+    /// # Errors
+    /// [`Error::File`] on a write failure.
+    ///
+    /// # Example
+    /// See [`MetricsLogger`].
+    pub fn log_samples(&mut self, step: u64, samples: &[(String, String, f64)]) -> Result<()> {
+        let Some((prompt, completion, reward)) = samples.first() else {
+            return Ok(());
+        };
+        for (index, (prompt, completion, reward)) in samples.iter().enumerate() {
+            let mut map = Map::new();
+            map.insert(STEP_KEY.into(), Value::from(step));
+            map.insert("index".into(), Value::from(index));
+            map.insert("prompt".into(), Value::from(prompt.as_str()));
+            map.insert("completion".into(), Value::from(completion.as_str()));
+            let reward = Number::from_f64(*reward).map_or(Value::Null, Value::Number);
+            map.insert("reward".into(), reward);
+            self.samples.write_line(&Value::Object(map).to_string())?;
+        }
+        self.tensorboard
+            .add_text(step, SAMPLES_TAG, &samples_markdown(samples))?;
+        self.progress.println(format!(
+            "step {step} sample (reward {reward:.3}): {} => {}",
+            preview(prompt),
+            preview(completion)
+        ));
+        Ok(())
+    }
+
+    /// Finishes the progress bar, flushes TensorBoard, reads `metrics.jsonl` back and writes
+    /// the PNG charts into `output_dir/charts/` (see [`write_charts`]); returns their paths.
+    ///
+    /// # Errors
+    /// [`Error::File`] when the metrics cannot be read back or a chart cannot be written.
+    ///
+    /// # Example
+    /// See [`MetricsLogger`].
+    pub fn finish(&self) -> Result<Vec<PathBuf>> {
+        self.progress.finish();
+        let rows = read_metrics(self.metrics.path())?;
+        write_charts(&rows, &self.output_dir.join(CHARTS_DIR))
+    }
+
+    /// Flushes the TensorBoard event file (metrics and samples are flushed on every write).
+    ///
+    /// # Errors
+    /// [`Error::File`] on a write failure.
+    ///
+    /// # Example
+    /// ```
+    /// use atomrl_metrics::MetricsLogger;
+    ///
+    /// let dir = std::env::temp_dir().join(format!("atomrl-doc-flush-{}", std::process::id()));
+    /// let mut logger = MetricsLogger::create(&dir, None, 1, false)?;
+    /// logger.flush()?;
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn flush(&mut self) -> Result<()> {
+        self.tensorboard.flush()
+    }
+
+    /// Prints a message above the progress bar (see [`Progress::println`]).
+    ///
+    /// # Example
+    /// ```
+    /// use atomrl_metrics::MetricsLogger;
+    ///
+    /// let dir = std::env::temp_dir().join(format!("atomrl-doc-println-{}", std::process::id()));
+    /// let logger = MetricsLogger::create(&dir, None, 1, false)?;
+    /// logger.println("saved checkpoint-1");
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn println(&self, msg: impl AsRef<str>) {
+        self.progress.println(msg);
+    }
+
+    /// The output folder.
+    ///
+    /// # Example
+    /// ```
+    /// use atomrl_metrics::MetricsLogger;
+    ///
+    /// let dir = std::env::temp_dir().join(format!("atomrl-doc-dirs-{}", std::process::id()));
+    /// let logger = MetricsLogger::create(&dir, None, 1, false)?;
+    /// assert_eq!(logger.output_dir(), dir.as_path());
+    /// assert_eq!(logger.metrics_path(), dir.join("metrics.jsonl"));
+    /// assert!(logger.tensorboard_path().starts_with(dir.join("tensorboard")));
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn output_dir(&self) -> &Path {
+        &self.output_dir
+    }
+
+    /// The `metrics.jsonl` file.
+    ///
+    /// # Example
+    /// See [`MetricsLogger::output_dir`].
+    pub fn metrics_path(&self) -> &Path {
+        self.metrics.path()
+    }
+
+    /// The TensorBoard event file of this process.
+    ///
+    /// # Example
+    /// See [`MetricsLogger::output_dir`].
+    pub fn tensorboard_path(&self) -> &Path {
+        self.tensorboard.path()
+    }
+}
+
+/// The samples as Markdown for TensorBoard's Text tab, prompt and completion in code fences.
+fn samples_markdown(samples: &[(String, String, f64)]) -> String {
+    let mut md = String::new();
+    for (i, (prompt, completion, reward)) in samples.iter().enumerate() {
+        if i > 0 {
+            md.push_str("\n---\n\n");
+        }
+        md.push_str(&format!(
+            "**sample {i}**, reward {reward}\n\n**prompt**\n\n"
+        ));
+        md.push_str(&fenced(prompt));
+        md.push_str("\n**completion**\n\n");
+        md.push_str(&fenced(completion));
+    }
+    md
+}
+
+/// `text` in a code fence longer than any run of backticks inside it.
+fn fenced(text: &str) -> String {
+    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest.max(2) + 1);
+    format!("{fence}text\n{text}\n{fence}\n")
+}
+
+/// The first [`PREVIEW_CHARS`] characters of `text` on one line.
+fn preview(text: &str) -> String {
+    let one_line: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let one_line = one_line.trim();
+    match one_line.char_indices().nth(PREVIEW_CHARS) {
+        Some((i, _)) => format!("{}…", &one_line[..i]),
+        None => one_line.to_string(),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fences_outgrow_backticks_in_the_text() {
+        assert_eq!(fenced("x"), "```text\nx\n```\n");
+        assert_eq!(fenced("a ```` b"), "`````text\na ```` b\n`````\n");
+    }
+
+    #[test]
+    fn preview_is_one_line_and_bounded() {
+        assert_eq!(preview(" a\nb\t"), "a b");
+        let long = "é".repeat(500);
+        let p = preview(&long);
+        assert_eq!(p.chars().count(), PREVIEW_CHARS + 1);
+        assert!(p.ends_with('…'));
+    }
+
+    #[test]
+    fn markdown_lists_every_sample() {
+        let md = samples_markdown(&[
+            ("p0".into(), "c0".into(), 1.0),
+            ("p1".into(), "c1".into(), 0.0),
+        ]);
+        assert!(md.contains("**sample 0**, reward 1") && md.contains("**sample 1**, reward 0"));
+        assert!(md.contains("```text\nc1\n```"));
+    }
+}

@@ -1,0 +1,33 @@
+//! Optimisation for AtomRL: AdamW with savable state, learning-rate schedules, gradient
+//! accumulation and clipping.
+//!
+//! - [`AdamW`]: decoupled weight decay, f32 moments whatever the parameters' dtype, updated in
+//!   place on CPU; its state saves to and loads from safetensors for exact resume.
+//! - [`Gradients`]: a named gradient set that accumulates micro-batches, scales and clips by
+//!   global norm.
+//! - [`learning_rate`], [`warmup_steps`], [`budget_schedule_step`]: warm-up then constant,
+//!   linear or cosine decay ([`LrSchedule`]).
+//!
+//! ```
+//! use atomrl_optim::{learning_rate, AdamW, AdamWConfig, LrSchedule};
+//! use candle_core::{Device, Var};
+//!
+//! let w = Var::new(&[1f32, -1.0], &Device::Cpu)?;
+//! let mut opt = AdamW::new(vec![("w".into(), w.clone())], AdamWConfig::default())?;
+//! let grads = w.as_tensor().sqr()?.sum_all()?.backward()?;
+//! let lr = learning_rate(LrSchedule::Cosine, 0.1, 0, 10, 0.0, 0);
+//! opt.step(&|_: &str| grads.get(w.as_tensor()).cloned(), lr)?;
+//! assert!((w.as_tensor().to_vec1::<f32>()?[0] - 0.9).abs() < 1e-6);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![deny(missing_docs)]
+
+mod adamw;
+mod adamw_kernel;
+mod grads;
+mod schedule;
+
+pub use adamw::{AdamW, AdamWConfig};
+pub use grads::Gradients;
+pub use schedule::{budget_schedule_step, learning_rate, warmup_steps, LrSchedule};
