@@ -55,7 +55,7 @@ struct Cli {
     /// Where checkpoints, metrics, TensorBoard events and charts go.
     #[arg(long, default_value = "runs/grpo_gsm8k")]
     output_dir: PathBuf,
-    /// Optimizer steps (default: 800 for the embedded run, 320 with `--recipe dapo`, either
+    /// Optimizer steps (default: 1600 for the embedded run, 640 with `--recipe dapo`, either
     /// ended early by its 280 s time budget on a slower machine; the recipe's for a real model).
     #[arg(long)]
     max_steps: Option<usize>,
@@ -89,13 +89,15 @@ fn quoted(key: &str, value: &str) -> String {
 }
 
 /// Settings of the embedded run: 8 prompts x 8 completions per step on one data-parallel
-/// worker per core (the default CPU plan: two on a 2-core machine), lr 2e-4 decaying linearly to 0 over 800 steps (DAPO: 320), with a 280 s training
+/// worker per core (the default CPU plan: two on a 2-core machine), lr 2e-4 decaying
+/// linearly to 0 over 1600 steps (DAPO: 640), with a 280 s training
 /// budget that the decay also follows (`lr_schedule_on_budget`), so that a clean clone's
 /// compile (~4-6 min on two cores) and the run together stay near ten minutes. Where the steps
-/// fit the budget (~0.32 s a GRPO step, ~0.8 s a DAPO step on the slowest 2-core machine
-/// measured) the run is the same on every machine, only faster; on a slower one it ends
-/// early, with the rate decayed. Measured: 14.4% -> 36.2% held-out greedy accuracy (+21.8
-/// points) in 267 s; DAPO 14.4% -> 34.0% (+19.6) in 257 s. Tried and dropped (see
+/// fit the budget (~0.1 s a GRPO step, ~0.27 s a DAPO step on a 2-core machine, since the
+/// fused CPU kernels of docs/performance.md; the budget leaves room for a machine 1.6x
+/// slower) the run is the same on every machine, only faster; on a slower one it ends early,
+/// with the rate decayed. Measured: 14.4% -> 37.4% held-out greedy accuracy (+23.0 points) in
+/// 176 s; DAPO 14.4% -> 38.4% (+24.0) in 174 s. Tried and dropped (see
 /// docs/recipes.md and `model/BUILD.md`): 4 or 2 prompts per step, lr 3e-4, G = 16,
 /// temperatures 0.5 / 0.7 / 1.3, entropy bonuses, 16 prompts per step, μ = 2 with
 /// clip-higher, the `steps` process reward.
@@ -113,7 +115,7 @@ fn embedded_defaults(recipe: RecipeArg) -> Vec<String> {
         "max_grad_norm=1.0",
         "advantage_mode=\"grpo\"",
         "loss_agg=\"token_mean\"",
-        "max_steps=800",
+        "max_steps=1600",
         "time_budget_s=280",
         "lr_schedule_on_budget=true",
         "eval_steps=0",
@@ -128,7 +130,7 @@ fn embedded_defaults(recipe: RecipeArg) -> Vec<String> {
         // A DAPO step generates until 8 groups have reward spread (~3 rounds) and trains on
         // all of them (GRPO's step keeps ~4 of 8), so it takes ~2.5 times as long: fewer
         // steps fit the budget.
-        s.push("max_steps=320".into());
+        s.push("max_steps=640".into());
     }
     s
 }

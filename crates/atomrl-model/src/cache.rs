@@ -243,7 +243,10 @@ mod tests {
         let mut cache = KvCache::new(1);
         let mut expected: Option<Tensor> = None;
         // A 5-position prefill, then 60 single steps: the buffer grows twice.
-        for (step, l) in std::iter::once(5).chain(std::iter::repeat_n(1, 60)).enumerate() {
+        for (step, l) in std::iter::once(5)
+            .chain(std::iter::repeat_n(1, 60))
+            .enumerate()
+        {
             let k = block(2, l, step as f32 * 100.0);
             let v = (&k * 2.0).expect("v");
             let (ka, va) = cache.append(0, &k, &v).expect("append");
@@ -261,22 +264,33 @@ mod tests {
     #[test]
     fn clones_and_replaced_layers_never_share_writes() {
         let mut a = KvCache::new(1);
-        a.append(0, &block(1, 4, 0.0), &block(1, 4, 0.0)).expect("prefill");
+        a.append(0, &block(1, 4, 0.0), &block(1, 4, 0.0))
+            .expect("prefill");
         let mut b = a.clone();
-        let (ka, _) = a.append(0, &block(1, 1, 1000.0), &block(1, 1, 1000.0)).expect("a");
-        let (kb, _) = b.append(0, &block(1, 1, 2000.0), &block(1, 1, 2000.0)).expect("b");
+        let (ka, _) = a
+            .append(0, &block(1, 1, 1000.0), &block(1, 1, 1000.0))
+            .expect("a");
+        let (kb, _) = b
+            .append(0, &block(1, 1, 2000.0), &block(1, 1, 2000.0))
+            .expect("b");
         let last = |t: &Tensor| rows(&t.narrow(2, 4, 1).expect("narrow"));
         assert_eq!(last(&ka), rows(&block(1, 1, 1000.0)));
         assert_eq!(last(&kb), rows(&block(1, 1, 2000.0)));
         // The caller puts back an older state: the next append starts from it.
         let old = b.layers[0].clone();
-        b.append(0, &block(1, 1, 3000.0), &block(1, 1, 3000.0)).expect("b2");
+        b.append(0, &block(1, 1, 3000.0), &block(1, 1, 3000.0))
+            .expect("b2");
         let (k_old, _) = old.clone().expect("old");
         b.layers[0] = old;
-        let (k, _) = b.append(0, &block(1, 1, 4000.0), &block(1, 1, 4000.0)).expect("b3");
+        let (k, _) = b
+            .append(0, &block(1, 1, 4000.0), &block(1, 1, 4000.0))
+            .expect("b3");
         assert_eq!(k.dim(2).expect("len"), 6);
         assert_eq!(rows(&k.narrow(2, 0, 5).expect("prefix")), rows(&k_old));
-        assert_eq!(last(&k.narrow(2, 1, 5).expect("tail")), rows(&block(1, 1, 4000.0)));
+        assert_eq!(
+            last(&k.narrow(2, 1, 5).expect("tail")),
+            rows(&block(1, 1, 4000.0))
+        );
     }
 
     #[test]
@@ -285,9 +299,13 @@ mod tests {
         let mut cache = KvCache::new(1);
         let k = (w.as_tensor() * 3.0).expect("k");
         cache.append(0, &k, &k).expect("first");
-        let (all, _) = cache.append(0, &block(1, 1, 9.0), &block(1, 1, 9.0)).expect("second");
+        let (all, _) = cache
+            .append(0, &block(1, 1, 9.0), &block(1, 1, 9.0))
+            .expect("second");
         let grads = all.sum_all().and_then(|s| s.backward()).expect("backward");
-        let g = grads.get(w.as_tensor()).expect("a gradient reaches the cached keys");
+        let g = grads
+            .get(w.as_tensor())
+            .expect("a gradient reaches the cached keys");
         assert!(rows(g).iter().all(|&x| x == 3.0));
         assert_eq!(all.dtype(), DType::F32);
     }
