@@ -47,7 +47,8 @@ struct MicroResult<T> {
 /// normaliser, with any statistics `T` the caller wants back; `Ok(None)` means its inputs
 /// were not finite), clips the global norm and applies AdamW — unless the loss or the norm is
 /// not finite, in which case nothing is updated and the reason is returned. Micro-batches
-/// without a scored token are skipped (they add 0). The micro-batches of one wave run on
+/// without a scored token are skipped (they add 0); when no micro-batch has one, the
+/// optimizer still steps, with a zero gradient ([`zero_gradient_step`]). The micro-batches of one wave run on
 /// `workers` threads; gradients are summed in micro-batch order, so the update does not
 /// depend on thread timing.
 ///
@@ -114,6 +115,31 @@ pub fn accumulate_and_step<T: Send>(
         ));
         return Ok((outcome, extras));
     }
-    optimizer.step(&|name| grads.get(name), settings.lr)?;
+    if extras.is_empty() {
+        zero_gradient_step(optimizer, settings.lr)?;
+    } else {
+        optimizer.step(&|name| grads.get(name), settings.lr)?;
+    }
     Ok((outcome, extras))
+}
+
+/// One optimizer update with a zero gradient for every parameter, as TRL and verl take on a
+/// step with nothing to learn (every group flat): no forward or backward, but the weights
+/// still move through the Adam moments and the weight decay, and the step count advances.
+///
+/// # Errors
+/// Tensor allocation failures.
+pub fn zero_gradient_step(optimizer: &mut AdamW, lr: f64) -> Result<()> {
+    let zeros = optimizer
+        .params()
+        .iter()
+        .map(|(name, var)| {
+            var.as_tensor()
+                .zeros_like()
+                .and_then(|t| t.to_dtype(candle_core::DType::F32))
+                .map(|t| (name.clone(), t))
+                .ctx("zero_gradient_step")
+        })
+        .collect::<Result<std::collections::HashMap<_, _>>>()?;
+    optimizer.step(&|name| zeros.get(name).cloned(), lr)
 }

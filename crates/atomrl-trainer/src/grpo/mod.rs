@@ -8,7 +8,7 @@ mod rollout;
 mod trainer;
 mod update;
 
-pub use accumulate::{accumulate_and_step, StepOutcome, StepSettings};
+pub use accumulate::{accumulate_and_step, zero_gradient_step, StepOutcome, StepSettings};
 pub use batch::TrainingBatch;
 pub use eval::{evaluate, evaluate_sharded, EvalResult};
 pub use prompt::{EncodedPrompt, PromptEncoder};

@@ -9,7 +9,7 @@ use atomrl_loss::{
 use atomrl_model::CausalLm;
 use candle_core::{Tensor, Var};
 
-use super::accumulate::{accumulate_and_step, StepSettings};
+use super::accumulate::{accumulate_and_step, zero_gradient_step, StepSettings};
 use super::batch::TrainingBatch;
 use crate::config::GRPOArgs;
 use crate::optim::AdamW;
@@ -194,7 +194,13 @@ pub fn policy_update(
             .filter(|&i| adv[i as usize] != 0.0)
             .collect();
         if keep.is_empty() {
-            return Ok(stats); // every group is flat: nothing to learn this step
+            // Every group is flat: the loss and its gradient are exactly 0. Like TRL and verl,
+            // the optimizer still steps (zero gradient: the moments decay, weight decay
+            // applies, the step count advances), once per iteration.
+            for _ in 0..a.num_iterations {
+                zero_gradient_step(optimizer, lr)?;
+            }
+            return Ok(stats);
         }
         skipped_rows = batch.select(&keep)?.compact()?;
         &skipped_rows
