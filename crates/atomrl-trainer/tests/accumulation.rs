@@ -205,7 +205,10 @@ fn a_flat_step_is_a_zero_gradient_adamw_step() {
     assert_eq!(opt.step_count(), 1);
     let dir = std::env::temp_dir().join(format!("atomrl-flat-step-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (before_file, after_file) = (dir.join("before.safetensors"), dir.join("after.safetensors"));
+    let (before_file, after_file) = (
+        dir.join("before.safetensors"),
+        dir.join("after.safetensors"),
+    );
     opt.save(&before_file).unwrap();
     let before_w: Vec<Vec<f32>> = params
         .iter()
@@ -243,8 +246,14 @@ fn a_flat_step_is_a_zero_gradient_adamw_step() {
             let v = b2 * v0[i] as f64;
             let update = (m / bias1) / ((v / bias2).sqrt() + config.eps);
             let want = theta0[i] as f64 * (1.0 - lr * config.weight_decay) - lr * update;
-            assert!((m1[i] as f64 - m).abs() <= 1e-6 * m.abs().max(1e-12), "{name}[{i}] m");
-            assert!((v1[i] as f64 - v).abs() <= 1e-6 * v.abs().max(1e-20), "{name}[{i}] v");
+            assert!(
+                (m1[i] as f64 - m).abs() <= 1e-6 * m.abs().max(1e-12),
+                "{name}[{i}] m"
+            );
+            assert!(
+                (v1[i] as f64 - v).abs() <= 1e-6 * v.abs().max(1e-20),
+                "{name}[{i}] v"
+            );
             assert!(
                 (theta1[i] as f64 - want).abs() <= 1e-6 * (want.abs() + lr),
                 "{name}[{i}]: {} vs {want}",
@@ -253,6 +262,9 @@ fn a_flat_step_is_a_zero_gradient_adamw_step() {
             moved |= theta1[i] != theta0[i];
         }
     }
-    assert!(moved, "a zero-gradient AdamW step with nonzero moments moves the weights");
+    assert!(
+        moved,
+        "a zero-gradient AdamW step with nonzero moments moves the weights"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
