@@ -85,7 +85,7 @@ impl Trainer {
     /// A trainer on explicit training and held-out examples.
     ///
     /// # Errors
-    /// An empty training set, optimizer allocation, a reference model that cannot be loaded.
+    /// An empty training set, optimizer allocation, a reference copy that cannot be allocated.
     pub fn with_data(
         mut args: GRPOArgs,
         mut model: CausalLm,
@@ -126,13 +126,9 @@ impl Trainer {
                 weight_decay: args.weight_decay,
             },
         )?;
-        // β = 0 holds no reference model at all; otherwise a frozen copy of the initial weights.
+        // β = 0 holds no reference model at all; otherwise a frozen copy of the given policy.
         let reference = if args.beta > 0.0 {
-            let dir = crate::runtime::resolve_model_dir(&args.model)?;
-            // Same master dtype and compute dtype as the policy, so the KL at step 1 is 0.
-            let mut reference = CausalLm::from_hf_dir(dir, model.dtype(), model.device())?;
-            reference.set_compute_dtype(model.compute_dtype())?;
-            Some(reference)
+            Some(frozen_copy(&model)?)
         } else {
             None
         };
@@ -611,6 +607,28 @@ impl Trainer {
             .load(&checkpoint.join(crate::checkpoint::OPTIMIZER_FILE))?;
         Ok(state)
     }
+}
+
+/// The reference model: a deep copy of `model`'s base weights in new storage (later updates
+/// of the policy do not reach it), with the same master and compute dtypes, so the KL at step
+/// 1 is exactly 0 — whether the policy was loaded from disk or built or changed in memory.
+/// With LoRA the copy has no adapter: the reference is the base model, what TRL's reference
+/// is (the policy with its adapter disabled).
+fn frozen_copy(model: &CausalLm) -> Result<CausalLm> {
+    let tensors = model
+        .named_vars()
+        .into_iter()
+        .map(|(name, var)| var.as_tensor().copy().map(|t| (name, t)))
+        .collect::<candle_core::Result<std::collections::HashMap<_, _>>>()
+        .ctx("reference")?;
+    let mut reference = CausalLm::from_tensors(
+        model.config().clone(),
+        tensors,
+        model.dtype(),
+        model.device(),
+    )?;
+    reference.set_compute_dtype(model.compute_dtype())?;
+    Ok(reference)
 }
 
 /// Test hook for the resume tests: `ATOMRL_TEST_KILL_AFTER_STEP=N` sends this process a real
