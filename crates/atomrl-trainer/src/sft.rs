@@ -13,7 +13,8 @@ use atomrl_sample::ChatTokenizer;
 
 use crate::config::GRPOArgs;
 use crate::data::{EpochSampler, Example};
-use crate::grpo::{accumulate_and_step, StepSettings, Trainer, TrainingBatch};
+use crate::grpo::accumulate::accumulate_and_step_hooked;
+use crate::grpo::{StepSettings, Trainer, TrainingBatch};
 use crate::logging::{keys, MetricRow};
 
 /// Examples per batch when computing the held-out loss.
@@ -106,15 +107,16 @@ impl Trainer {
             workers: self.args.workers,
             max_grad_norm: self.args.max_grad_norm,
             lr,
-            inject_nan: self.nan_steps.contains(&step),
         };
         let model = &self.model;
         let t = batch.completion_len;
-        let (outcome, _) = accumulate_and_step(
+        let inject_nan = self.nan_at(step);
+        let (outcome, _) = accumulate_and_step_hooked(
             &self.params,
             &mut self.optimizer,
             &batch,
             settings,
+            inject_nan,
             |mb, _| {
                 let lp =
                     get_action_log_probs(model, &mb.input_ids, &mb.attention_mask, t, 1.0, false)?

@@ -67,7 +67,7 @@ fn update(
         params: &params,
         args: &args,
     };
-    let stats = policy_update(&ctx, &mut opt, batch, 1e-2, false).unwrap();
+    let stats = policy_update(&ctx, &mut opt, batch, 1e-2).unwrap();
     (stats, m)
 }
 
@@ -201,7 +201,7 @@ fn a_flat_step_is_a_zero_gradient_adamw_step() {
         args: &args,
     };
     let lr = 1e-2;
-    policy_update(&ctx, &mut opt, &batch(), lr, false).unwrap();
+    policy_update(&ctx, &mut opt, &batch(), lr).unwrap();
     assert_eq!(opt.step_count(), 1);
     let dir = std::env::temp_dir().join(format!("atomrl-flat-step-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -216,7 +216,7 @@ fn a_flat_step_is_a_zero_gradient_adamw_step() {
         .collect();
 
     let flat = ragged_batch(&[0.0; 6], |i| 1 + (i * 5) % 6);
-    let stats = policy_update(&ctx, &mut opt, &flat, lr, false).unwrap();
+    let stats = policy_update(&ctx, &mut opt, &flat, lr).unwrap();
     assert_eq!(stats.skipped, 0);
     assert_eq!(opt.step_count(), 2, "the flat step counts");
     opt.save(&after_file).unwrap();

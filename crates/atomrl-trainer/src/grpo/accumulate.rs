@@ -31,8 +31,6 @@ pub struct StepSettings {
     pub max_grad_norm: f64,
     /// Learning rate of this update.
     pub lr: f64,
-    /// Make the loss NaN (test hook for the guard).
-    pub inject_nan: bool,
 }
 
 /// What one micro-batch gave: its gradients, its loss and the caller's statistics.
@@ -61,6 +59,19 @@ pub fn accumulate_and_step<T: Send>(
     settings: StepSettings,
     micro_loss: impl Fn(&TrainingBatch, usize) -> Result<Option<(Tensor, T)>> + Sync,
 ) -> Result<(StepOutcome, Vec<T>)> {
+    accumulate_and_step_hooked(params, optimizer, batch, settings, false, micro_loss)
+}
+
+/// [`accumulate_and_step`], with the loss made NaN when `inject_nan` (the trainer's test hook
+/// for the guard, feature `test-hooks`).
+pub(crate) fn accumulate_and_step_hooked<T: Send>(
+    params: &[(String, Var)],
+    optimizer: &mut AdamW,
+    batch: &TrainingBatch,
+    settings: StepSettings,
+    inject_nan: bool,
+    micro_loss: impl Fn(&TrainingBatch, usize) -> Result<Option<(Tensor, T)>> + Sync,
+) -> Result<(StepOutcome, Vec<T>)> {
     let func = "accumulate_and_step";
     let workers = settings.workers.max(1);
     let chunks = split_even(batch.num_rows(), settings.accumulation.max(1) * workers);
@@ -82,7 +93,7 @@ pub fn accumulate_and_step<T: Send>(
             let Some((mut loss, extra)) = micro_loss(&mb, range.start)? else {
                 return Ok(None);
             };
-            if settings.inject_nan {
+            if inject_nan {
                 loss = (loss * f64::NAN).ctx(func)?;
             }
             let store = loss.backward().ctx(func)?;

@@ -1,6 +1,6 @@
 //! The GRPO and DAPO recipes: rollouts, rewards, advantages, the clipped policy update.
 
-mod accumulate;
+pub(crate) mod accumulate;
 mod batch;
 mod eval;
 mod prompt;

@@ -14,7 +14,7 @@ use super::batch::TrainingBatch;
 use super::eval::{evaluate_sharded, EvalResult};
 use super::prompt::PromptEncoder;
 use super::rollout::{add_round, generate_group_rows_sharded, RolloutContext, Rollouts};
-use super::update::{policy_update, UpdateContext};
+use super::update::{policy_update_hooked, UpdateContext};
 use crate::checkpoint::{latest_checkpoint, load_trainer_state, save_checkpoint, TrainerState};
 use crate::config::{GRPOArgs, Resume};
 use crate::data::{DataSource, EpochSampler, Example, SplitMix64};
@@ -57,7 +57,8 @@ pub struct Trainer {
     pub(crate) params: Vec<(String, Var)>,
     pub(crate) optimizer: AdamW,
     /// Steps at which the loss is replaced by NaN (tests of the guard).
-    pub(crate) nan_steps: Vec<u64>,
+    #[cfg(feature = "test-hooks")]
+    nan_steps: Vec<u64>,
     /// A few (prompt, completion, reward) of the last step, for the sample log.
     pub(crate) last_samples: Vec<(String, String, f64)>,
 }
@@ -148,15 +149,30 @@ impl Trainer {
             encoder,
             params,
             optimizer,
+            #[cfg(feature = "test-hooks")]
             nan_steps: Vec::new(),
             last_samples: Vec::new(),
         })
     }
 
-    /// Makes the loss NaN at these steps (1-based), to exercise the skip guard.
+    /// Makes the loss NaN at these steps (1-based), to exercise the skip guard. A test hook:
+    /// only with the `test-hooks` feature.
+    #[cfg(feature = "test-hooks")]
     pub fn inject_nan_at(mut self, steps: &[u64]) -> Self {
         self.nan_steps = steps.to_vec();
         self
+    }
+
+    /// Whether the test hook asks for a NaN loss at `step`.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn nan_at(&self, step: u64) -> bool {
+        self.nan_steps.contains(&step)
+    }
+
+    /// Whether the test hook asks for a NaN loss at `step`: never without `test-hooks`.
+    #[cfg(not(feature = "test-hooks"))]
+    pub(crate) fn nan_at(&self, _step: u64) -> bool {
+        false
     }
 
     /// The policy model.
@@ -415,14 +431,14 @@ impl Trainer {
                 self.tokenizer.pad_token_id(),
                 self.model.device(),
             )?;
-            let inject = self.nan_steps.contains(&step);
+            let inject = self.nan_at(step);
             let uctx = UpdateContext {
                 model: &self.model,
                 reference: self.reference.as_ref(),
                 params: &self.params,
                 args: &self.args,
             };
-            Some(policy_update(
+            Some(policy_update_hooked(
                 &uctx,
                 &mut self.optimizer,
                 &batch,
@@ -631,9 +647,10 @@ fn frozen_copy(model: &CausalLm) -> Result<CausalLm> {
     Ok(reference)
 }
 
-/// Test hook for the resume tests: `ATOMRL_TEST_KILL_AFTER_STEP=N` sends this process a real
-/// SIGKILL right after step `N` is logged (and saved, if it is a save step), exactly like an
-/// operator's `kill -9`.
+/// Test hook for the resume tests (feature `test-hooks` only): `ATOMRL_TEST_KILL_AFTER_STEP=N`
+/// sends this process a real SIGKILL right after step `N` is logged (and saved, if it is a
+/// save step), exactly like an operator's `kill -9`.
+#[cfg(feature = "test-hooks")]
 fn kill_if_asked(step: u64) {
     let asked = std::env::var("ATOMRL_TEST_KILL_AFTER_STEP")
         .ok()
@@ -645,6 +662,10 @@ fn kill_if_asked(step: u64) {
         std::thread::sleep(std::time::Duration::from_secs(10));
     }
 }
+
+/// Without the `test-hooks` feature the environment is not read.
+#[cfg(not(feature = "test-hooks"))]
+fn kill_if_asked(_step: u64) {}
 
 /// The sampling seed of generation round `round` of step `step`: derived, not stored, so a
 /// resumed run samples exactly what the uninterrupted run would have.

@@ -9,7 +9,7 @@ use atomrl_loss::{
 use atomrl_model::CausalLm;
 use candle_core::{Tensor, Var};
 
-use super::accumulate::{accumulate_and_step, zero_gradient_step, StepSettings};
+use super::accumulate::{accumulate_and_step_hooked, zero_gradient_step, StepSettings};
 use super::batch::TrainingBatch;
 use crate::config::GRPOArgs;
 use crate::optim::AdamW;
@@ -143,12 +143,22 @@ fn detached_log_probs(
     Tensor::cat(&parts, 0).ctx("update")
 }
 
-/// Runs `num_iterations` optimizer updates on `batch` at learning rate `lr`; with
-/// `inject_nan` the loss is made NaN (a test hook for the guard).
+/// Runs `num_iterations` optimizer updates on `batch` at learning rate `lr`.
 ///
 /// # Errors
 /// Tensor or shape failures (a non-finite loss is not an error: the step is skipped).
 pub fn policy_update(
+    ctx: &UpdateContext<'_>,
+    optimizer: &mut AdamW,
+    batch: &TrainingBatch,
+    lr: f64,
+) -> Result<UpdateStats> {
+    policy_update_hooked(ctx, optimizer, batch, lr, false)
+}
+
+/// [`policy_update`], with the loss made NaN when `inject_nan` (the trainer's test hook for the
+/// guard, feature `test-hooks`).
+pub(crate) fn policy_update_hooked(
     ctx: &UpdateContext<'_>,
     optimizer: &mut AdamW,
     batch: &TrainingBatch,
@@ -225,11 +235,15 @@ pub fn policy_update(
         workers: a.workers,
         max_grad_norm: a.max_grad_norm,
         lr,
-        inject_nan,
     };
     for _ in 0..a.num_iterations {
-        let (outcome, parts) =
-            accumulate_and_step(ctx.params, optimizer, batch, settings, |mb, first| {
+        let (outcome, parts) = accumulate_and_step_hooked(
+            ctx.params,
+            optimizer,
+            batch,
+            settings,
+            inject_nan,
+            |mb, first| {
                 let len = mb.num_rows();
                 let tokens = scalar(&mb.completion_mask.sum_all().ctx(func)?)?;
                 let out = batch_log_probs(ctx.model, mb, a.temperature, true)?;
@@ -277,7 +291,8 @@ pub fn policy_update(
                     m.entropy = masked_mean(entropy, &mb.completion_mask)? * tokens;
                 }
                 Ok(Some((loss, m)))
-            })?;
+            },
+        )?;
         let m = parts
             .into_iter()
             .fold(MicroStats::default(), MicroStats::add);
