@@ -136,7 +136,7 @@ impl Trainer {
             },
         )?;
         if let Some(reason) = &outcome.skipped {
-            eprintln!("warning: step {step}: update skipped: {reason}");
+            self.warn(format!("step {step}: update skipped: {reason}"));
         }
         let seconds = started.elapsed().as_secs_f64();
         let mut row = MetricRow::new(step);

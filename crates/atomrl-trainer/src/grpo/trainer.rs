@@ -61,6 +61,9 @@ pub struct Trainer {
     nan_steps: Vec<u64>,
     /// A few (prompt, completion, reward) of the last step, for the sample log.
     pub(crate) last_samples: Vec<(String, String, f64)>,
+    /// Warnings of the current step, printed through the logger after it (above the progress
+    /// bar, which a bare `eprintln!` would tear).
+    warnings: Vec<String>,
 }
 
 /// The GRPO / DAPO trainer of the seeds' usage example (the same type as [`Trainer`]).
@@ -152,6 +155,7 @@ impl Trainer {
             #[cfg(feature = "test-hooks")]
             nan_steps: Vec::new(),
             last_samples: Vec::new(),
+            warnings: Vec::new(),
         })
     }
 
@@ -173,6 +177,11 @@ impl Trainer {
     #[cfg(not(feature = "test-hooks"))]
     pub(crate) fn nan_at(&self, _step: u64) -> bool {
         false
+    }
+
+    /// Queues a warning of the current step (printed by the loop through the logger).
+    pub(crate) fn warn(&mut self, msg: String) {
+        self.warnings.push(msg);
     }
 
     /// The policy model.
@@ -283,6 +292,9 @@ impl Trainer {
                 crate::config::Recipe::Sft => self.sft_step(step, lr, &mut sampler)?,
                 _ => self.step(step, lr, &mut sampler)?,
             };
+            for w in self.warnings.drain(..) {
+                logger.warn(format!("warning: {w}"));
+            }
             state.step = step;
             state.sampler = sampler.state();
             state.skipped_steps += row.get(keys::SKIPPED_STEP).unwrap_or(0.0) as u64;
@@ -398,7 +410,8 @@ impl Trainer {
             }
         }
         if truncated_prompts > 0 {
-            eprintln!("warning: step {step}: {truncated_prompts} prompt(s) longer than max_prompt_length = {} were left-truncated", a.max_prompt_length);
+            let max = a.max_prompt_length;
+            self.warnings.push(format!("step {step}: {truncated_prompts} prompt(s) longer than max_prompt_length = {max} were left-truncated"));
         }
         let generate_s = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
@@ -458,7 +471,7 @@ impl Trainer {
                     .then(|| "no group with reward spread".to_string())
             })
         {
-            eprintln!("warning: step {step}: update skipped: {reason}");
+            self.warn(format!("step {step}: update skipped: {reason}"));
         }
         self.record(
             &mut row,
