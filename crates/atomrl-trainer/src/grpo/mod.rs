@@ -5,6 +5,7 @@ mod batch;
 mod eval;
 mod prompt;
 mod rollout;
+mod step;
 mod trainer;
 mod update;
 

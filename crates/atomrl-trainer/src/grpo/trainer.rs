@@ -3,23 +3,22 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use atomrl_advantage::compute_advantages;
 use atomrl_core::{CandleContext, Error, Result};
 use atomrl_model::CausalLm;
 use atomrl_reward::WeightedRewards;
-use atomrl_sample::{ChatTokenizer, FinishReason, SamplingParams};
-use candle_core::{Device, Tensor, Var};
+use atomrl_sample::ChatTokenizer;
+use candle_core::Var;
 
-use super::batch::TrainingBatch;
 use super::eval::{evaluate_sharded, EvalResult};
 use super::prompt::PromptEncoder;
-use super::rollout::{add_round, generate_group_rows_sharded, RolloutContext, Rollouts};
-use super::update::{policy_update_hooked, UpdateContext};
+use super::step::GrpoStep;
 use crate::checkpoint::{latest_checkpoint, load_trainer_state, save_checkpoint, TrainerState};
-use crate::config::{GRPOArgs, Resume};
-use crate::data::{DataSource, EpochSampler, Example, SplitMix64};
+use crate::config::{GRPOArgs, Recipe, Resume};
+use crate::data::{DataSource, EpochSampler, Example};
 use crate::logging::{keys, MetricRow, MetricsLogger};
 use crate::optim::{budget_schedule_step, learning_rate, warmup_steps, AdamW, AdamWConfig};
+use crate::recipe::{RecipeStep, Stepping};
+use crate::sft::SftStep;
 
 /// What a finished run reports.
 #[derive(Debug, Clone)]
@@ -49,8 +48,9 @@ pub struct Trainer {
     pub(crate) args: GRPOArgs,
     pub(crate) model: CausalLm,
     pub(crate) tokenizer: ChatTokenizer,
-    reference: Option<CausalLm>,
-    rewards: WeightedRewards,
+    /// The recipe's step (GRPO/DAPO or SFT): the loop calls it, without branching on the
+    /// recipe.
+    recipe: Box<dyn RecipeStep>,
     pub(crate) train_set: Vec<Example>,
     pub(crate) eval_set: Vec<Example>,
     pub(crate) encoder: PromptEncoder,
@@ -63,7 +63,7 @@ pub struct Trainer {
     pub(crate) last_samples: Vec<(String, String, f64)>,
     /// Warnings of the current step, printed through the logger after it (above the progress
     /// bar, which a bare `eprintln!` would tear).
-    warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// The GRPO / DAPO trainer of the seeds' usage example (the same type as [`Trainer`]).
@@ -130,11 +130,18 @@ impl Trainer {
                 weight_decay: args.weight_decay,
             },
         )?;
-        // β = 0 holds no reference model at all; otherwise a frozen copy of the given policy.
-        let reference = if args.beta > 0.0 {
-            Some(frozen_copy(&model)?)
-        } else {
-            None
+        let recipe: Box<dyn RecipeStep> = match args.recipe {
+            Recipe::Sft => Box::new(SftStep),
+            Recipe::Grpo | Recipe::Dapo => Box::new(GrpoStep {
+                rewards,
+                // β = 0 holds no reference model at all; otherwise a frozen copy of the given
+                // policy.
+                reference: if args.beta > 0.0 {
+                    Some(frozen_copy(&model)?)
+                } else {
+                    None
+                },
+            }),
         };
         let encoder = PromptEncoder {
             chat_template: args.chat_template,
@@ -145,8 +152,7 @@ impl Trainer {
             args,
             model,
             tokenizer,
-            reference,
-            rewards,
+            recipe,
             train_set,
             eval_set,
             encoder,
@@ -288,10 +294,11 @@ impl Trainer {
                 self.args.min_lr_ratio,
                 schedule_step,
             );
-            let mut row = match self.args.recipe {
-                crate::config::Recipe::Sft => self.sft_step(step, lr, &mut sampler)?,
-                _ => self.step(step, lr, &mut sampler)?,
-            };
+            // The step borrows the trainer: the recipe steps out of it meanwhile.
+            let mut recipe = std::mem::replace(&mut self.recipe, Box::new(Stepping));
+            let row = recipe.step(self, step, lr, &mut sampler);
+            self.recipe = recipe;
+            let mut row = row?;
             for w in self.warnings.drain(..) {
                 logger.warn(format!("warning: {w}"));
             }
@@ -349,241 +356,6 @@ impl Trainer {
         })
     }
 
-    /// One GRPO step: rollouts (with DAPO refills), advantages, the policy update; returns the
-    /// step's metrics.
-    fn step(&mut self, step: u64, lr: f64, sampler: &mut EpochSampler) -> Result<MetricRow> {
-        let a = &self.args;
-        let g = a.num_generations;
-        let t0 = Instant::now();
-        let params = SamplingParams {
-            num_generations: g,
-            max_new_tokens: a.max_completion_length,
-            temperature: a.temperature,
-            top_p: a.top_p,
-            top_k: a.top_k,
-            min_p: a.min_p,
-            repetition_penalty: a.repetition_penalty,
-            stop_token_ids: self.tokenizer.eos_token_ids(),
-            stop_strings: Vec::new(),
-            seed: 0,
-        };
-        let view = self.model.detached();
-        let ctx = RolloutContext {
-            model: &view,
-            tokenizer: &self.tokenizer,
-            params: &params,
-            rewards: &self.rewards,
-        };
-        let rounds = if a.dynamic_sampling {
-            a.max_num_gen_batches
-        } else {
-            1
-        };
-        let mut rollouts = Rollouts::default();
-        let mut truncated_prompts = 0;
-        for round in 0..rounds {
-            let picked: Vec<&Example> = sampler
-                .next_batch(a.batch_size)
-                .into_iter()
-                .map(|i| &self.train_set[i])
-                .collect();
-            let prompts = picked
-                .iter()
-                .map(|e| self.encoder.encode(&self.tokenizer, e))
-                .collect::<Result<Vec<_>>>()?;
-            truncated_prompts += prompts.iter().filter(|p| p.truncated).count();
-            let truth: Vec<String> = picked.iter().map(|e| e.ground_truth.clone()).collect();
-            let round_params = SamplingParams {
-                seed: sampling_seed(a.seed, step, round as u64),
-                ..params.clone()
-            };
-            let round_ctx = RolloutContext {
-                params: &round_params,
-                ..ctx
-            };
-            let (rows, tokens) =
-                generate_group_rows_sharded(&round_ctx, &prompts, &truth, a.workers)?;
-            rollouts.generated_tokens += tokens;
-            add_round(&mut rollouts, rows, g, a.dynamic_sampling, a.batch_size)?;
-            if rollouts.rows.len() >= a.batch_size * g {
-                break;
-            }
-        }
-        if truncated_prompts > 0 {
-            let max = a.max_prompt_length;
-            self.warnings.push(format!("step {step}: {truncated_prompts} prompt(s) longer than max_prompt_length = {max} were left-truncated"));
-        }
-        let generate_s = t0.elapsed().as_secs_f64();
-        let t1 = Instant::now();
-        let mut row = MetricRow::new(step);
-        let stats = if rollouts.rows.is_empty() {
-            None
-        } else {
-            let rewards: Vec<f32> = rollouts.rows.iter().map(|r| r.reward as f32).collect();
-            let adv = compute_advantages(
-                &Tensor::new(rewards.as_slice(), &Device::Cpu).ctx("step")?,
-                g,
-                a.advantage_mode,
-                a.advantage_eps,
-            )?;
-            let advantages: Vec<f32> = adv.advantages.to_vec1().ctx("step")?;
-            let counts: Vec<bool> = rollouts
-                .rows
-                .iter()
-                .map(|r| !(a.mask_truncated_completions && r.finish_reason == FinishReason::Length))
-                .collect();
-            let seqs: Vec<(&[u32], &[u32])> = rollouts
-                .rows
-                .iter()
-                .map(|r| (r.prompt_ids.as_slice(), r.completion_ids.as_slice()))
-                .collect();
-            let batch = TrainingBatch::build(
-                &seqs,
-                &advantages,
-                &counts,
-                self.tokenizer.pad_token_id(),
-                self.model.device(),
-            )?;
-            let inject = self.nan_at(step);
-            let uctx = UpdateContext {
-                model: &self.model,
-                reference: self.reference.as_ref(),
-                params: &self.params,
-                args: &self.args,
-            };
-            Some(policy_update_hooked(
-                &uctx,
-                &mut self.optimizer,
-                &batch,
-                lr,
-                inject,
-            )?)
-        };
-        let train_s = t1.elapsed().as_secs_f64();
-        let skipped = stats.as_ref().map_or(1, |s| s.skipped.min(1));
-        if let Some(reason) = stats
-            .as_ref()
-            .and_then(|s| s.skip_reason.clone())
-            .or_else(|| {
-                rollouts
-                    .rows
-                    .is_empty()
-                    .then(|| "no group with reward spread".to_string())
-            })
-        {
-            self.warn(format!("step {step}: update skipped: {reason}"));
-        }
-        self.record(
-            &mut row,
-            &rollouts,
-            stats.as_ref(),
-            lr,
-            skipped,
-            generate_s,
-            train_s,
-        );
-        self.last_samples = rollouts
-            .rows
-            .iter()
-            .take(2)
-            .map(|r| (r.prompt.clone(), r.completion.clone(), r.reward))
-            .collect();
-        Ok(row)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn record(
-        &self,
-        row: &mut MetricRow,
-        r: &Rollouts,
-        stats: Option<&super::update::UpdateStats>,
-        lr: f64,
-        skipped: usize,
-        generate_s: f64,
-        train_s: f64,
-    ) {
-        let mean = |v: &[f64]| {
-            if v.is_empty() {
-                f64::NAN
-            } else {
-                v.iter().sum::<f64>() / v.len() as f64
-            }
-        };
-        let std = |v: &[f64]| {
-            let m = mean(v);
-            if v.len() < 2 {
-                0.0
-            } else {
-                (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
-            }
-        };
-        let lengths: Vec<f64> = r
-            .rows
-            .iter()
-            .map(|x| x.completion_ids.len() as f64)
-            .collect();
-        let truncated = r
-            .rows
-            .iter()
-            .filter(|x| x.finish_reason == FinishReason::Length)
-            .count();
-        row.push(keys::REWARD_MEAN, mean(&r.all_rewards));
-        row.push(keys::REWARD_STD, std(&r.all_rewards));
-        for (i, name) in self.rewards.names().iter().enumerate() {
-            let v: Vec<f64> = r.rows.iter().map(|x| x.rewards_per_fn[i]).collect();
-            row.push(keys::reward_fn_mean(name), mean(&v));
-        }
-        row.push(keys::ACCURACY, mean(&r.all_correct));
-        row.push(keys::COMPLETION_LENGTH_MEAN, mean(&lengths));
-        row.push(
-            keys::COMPLETION_LENGTH_MAX,
-            lengths.iter().copied().fold(0.0, f64::max),
-        );
-        row.push(
-            keys::TRUNCATED_FRAC,
-            if r.rows.is_empty() {
-                0.0
-            } else {
-                truncated as f64 / r.rows.len() as f64
-            },
-        );
-        row.push(
-            keys::ZERO_STD_GROUPS_FRAC,
-            if r.groups_generated == 0 {
-                0.0
-            } else {
-                r.zero_std_groups as f64 / r.groups_generated as f64
-            },
-        );
-        row.push(keys::DROPPED_GROUPS, r.dropped_groups as f64);
-        row.push(keys::GENERATION_ROUNDS, r.rounds as f64);
-        let s = stats.cloned().unwrap_or_default();
-        let or_nan = |present: bool, v: f64| if present { v } else { f64::NAN };
-        let has = stats.is_some();
-        row.push(keys::KL, if has { s.kl } else { f64::NAN });
-        row.push(keys::ENTROPY, or_nan(has, s.entropy));
-        row.push(keys::CLIP_FRAC_LOW, or_nan(has, s.clip_frac_low));
-        row.push(keys::CLIP_FRAC_HIGH, or_nan(has, s.clip_frac_high));
-        row.push(keys::CLIP_FRAC_TOTAL, or_nan(has, s.clip_frac));
-        row.push(keys::PPO_KL, or_nan(has, s.ppo_kl));
-        row.push(keys::LOSS, or_nan(has, s.loss));
-        row.push(keys::GRAD_NORM, or_nan(has, s.grad_norm));
-        row.push(keys::LR, lr);
-        row.push(keys::SKIPPED_STEP, skipped as f64);
-        let step_s = generate_s + train_s;
-        row.push(keys::TIME_STEP_S, step_s);
-        row.push(keys::TIME_GENERATE_S, generate_s);
-        row.push(keys::TIME_TRAIN_S, train_s);
-        row.push(
-            keys::THROUGHPUT_COMPLETIONS_PER_S,
-            r.all_rewards.len() as f64 / step_s.max(1e-9),
-        );
-        row.push(
-            keys::THROUGHPUT_TOKENS_PER_S,
-            r.generated_tokens as f64 / step_s.max(1e-9),
-        );
-    }
-
     /// Greedy held-out accuracy of the current policy.
     ///
     /// # Errors
@@ -597,9 +369,7 @@ impl Trainer {
             self.args.max_completion_length,
             self.args.workers,
         )?;
-        if self.args.recipe == crate::config::Recipe::Sft {
-            r.loss = Some(self.sft_eval_loss()?);
-        }
+        r.loss = self.recipe.eval_loss(self)?;
         Ok(r)
     }
 
@@ -679,12 +449,6 @@ fn kill_if_asked(step: u64) {
 /// Without the `test-hooks` feature the environment is not read.
 #[cfg(not(feature = "test-hooks"))]
 fn kill_if_asked(_step: u64) {}
-
-/// The sampling seed of generation round `round` of step `step`: derived, not stored, so a
-/// resumed run samples exactly what the uninterrupted run would have.
-fn sampling_seed(seed: u64, step: u64, round: u64) -> u64 {
-    SplitMix64::derive(seed, step.wrapping_mul(1_000_003).wrapping_add(round)).next_u64()
-}
 
 fn push_eval(row: &mut MetricRow, r: &EvalResult) {
     row.push(keys::EVAL_ACCURACY, r.accuracy);
