@@ -216,20 +216,7 @@ impl Trainer {
         let output_dir = PathBuf::from(&self.args.output_dir);
         std::fs::create_dir_all(&output_dir).map_err(|e| Error::file(output_dir.display(), e))?;
         let total = self.total_steps();
-        let mut sampler = EpochSampler::new(self.train_set.len(), self.args.seed);
-        let mut state = TrainerState {
-            step: 0,
-            sampler: sampler.state(),
-            skipped_steps: 0,
-            seed: self.args.seed,
-            eval_accuracy: None,
-            recipe: self.args.recipe,
-        };
-        if let Some(ckpt) = self.resume_point(&output_dir)? {
-            state = self.restore(&ckpt)?;
-            sampler =
-                EpochSampler::from_state(self.train_set.len(), self.args.seed, &state.sampler)?;
-        }
+        let (mut state, mut sampler) = self.start_state(&output_dir)?;
         let resumed = state.step > 0;
         let mut logger = MetricsLogger::create(
             &output_dir,
@@ -245,63 +232,17 @@ impl Trainer {
             ));
         }
         let eval_before = if !resumed && !self.eval_set.is_empty() {
-            let r = self.evaluate()?;
-            let mut row = MetricRow::new(0);
-            push_eval(&mut row, &r);
-            logger.log(&row)?;
-            logger.println(format!(
-                "step 0: held-out greedy accuracy {:.1}% ({} examples)",
-                100.0 * r.accuracy,
-                r.count
-            ));
-            Some(r)
+            Some(self.opening_eval(&mut logger)?)
         } else {
             None
         };
-        let warmup = warmup_steps(self.args.warmup_steps, self.args.warmup_ratio, total);
-        let start_step = state.step as usize;
-        // The schedule's clock starts with the first step: the budget left after the opening
-        // evaluation is what the steps share, and a machine fast enough for them stays on the
-        // step schedule from the start.
-        let steps_started = Instant::now();
-        // No budget (0) leaves the schedule on the steps.
-        let steps_budget = if self.args.time_budget_s > 0.0 {
-            (self.args.time_budget_s - started.elapsed().as_secs_f64()).max(1e-3)
-        } else {
-            0.0
-        };
+        let schedule = Schedule::start(&self.args, total, state.step as usize, &started);
         let mut last_checkpoint = None;
         let mut eval_after = None;
         while (state.step as usize) < total {
             let step = state.step + 1;
-            let schedule_step = if self.args.lr_schedule_on_budget {
-                budget_schedule_step(
-                    state.step as usize,
-                    start_step,
-                    total,
-                    warmup,
-                    steps_started.elapsed().as_secs_f64(),
-                    steps_budget,
-                )
-            } else {
-                state.step as usize
-            };
-            let lr = learning_rate(
-                self.args.lr_scheduler,
-                self.args.lr,
-                warmup,
-                total,
-                self.args.min_lr_ratio,
-                schedule_step,
-            );
-            // The step borrows the trainer: the recipe steps out of it meanwhile.
-            let mut recipe = std::mem::replace(&mut self.recipe, Box::new(Stepping));
-            let row = recipe.step(self, step, lr, &mut sampler);
-            self.recipe = recipe;
-            let mut row = row?;
-            for w in self.warnings.drain(..) {
-                logger.warn(format!("warning: {w}"));
-            }
+            let lr = schedule.lr(&self.args, state.step as usize);
+            let mut row = self.recipe_step(step, lr, &mut sampler, &logger)?;
             state.step = step;
             state.sampler = sampler.state();
             state.skipped_steps += row.get(keys::SKIPPED_STEP).unwrap_or(0.0) as u64;
@@ -356,6 +297,58 @@ impl Trainer {
         })
     }
 
+    /// The state the run starts from: fresh, or restored from the checkpoint `resume` names.
+    fn start_state(&mut self, output_dir: &Path) -> Result<(TrainerState, EpochSampler)> {
+        if let Some(ckpt) = self.resume_point(output_dir)? {
+            let state = self.restore(&ckpt)?;
+            let sampler =
+                EpochSampler::from_state(self.train_set.len(), self.args.seed, &state.sampler)?;
+            return Ok((state, sampler));
+        }
+        let sampler = EpochSampler::new(self.train_set.len(), self.args.seed);
+        let state = TrainerState {
+            step: 0,
+            sampler: sampler.state(),
+            skipped_steps: 0,
+            seed: self.args.seed,
+            eval_accuracy: None,
+            recipe: self.args.recipe,
+        };
+        Ok((state, sampler))
+    }
+
+    /// The held-out evaluation before the first step, logged as step 0.
+    fn opening_eval(&self, logger: &mut MetricsLogger) -> Result<EvalResult> {
+        let r = self.evaluate()?;
+        let mut row = MetricRow::new(0);
+        push_eval(&mut row, &r);
+        logger.log(&row)?;
+        logger.println(format!(
+            "step 0: held-out greedy accuracy {:.1}% ({} examples)",
+            100.0 * r.accuracy,
+            r.count
+        ));
+        Ok(r)
+    }
+
+    /// The recipe's step `step`, then its warnings through the logger (above the bar).
+    fn recipe_step(
+        &mut self,
+        step: u64,
+        lr: f64,
+        sampler: &mut EpochSampler,
+        logger: &MetricsLogger,
+    ) -> Result<MetricRow> {
+        // The step borrows the trainer: the recipe steps out of it meanwhile.
+        let mut recipe = std::mem::replace(&mut self.recipe, Box::new(Stepping));
+        let row = recipe.step(self, step, lr, sampler);
+        self.recipe = recipe;
+        for w in self.warnings.drain(..) {
+            logger.warn(format!("warning: {w}"));
+        }
+        row
+    }
+
     /// Greedy held-out accuracy of the current policy.
     ///
     /// # Errors
@@ -405,6 +398,60 @@ impl Trainer {
         self.optimizer
             .load(&checkpoint.join(crate::checkpoint::OPTIMIZER_FILE))?;
         Ok(state)
+    }
+}
+
+/// The learning-rate schedule of a run: warmup, decay over the steps, or over the time budget
+/// with `lr_schedule_on_budget`.
+struct Schedule {
+    warmup: usize,
+    total: usize,
+    start_step: usize,
+    /// The schedule's clock starts with the first step: the budget left after the opening
+    /// evaluation is what the steps share, and a machine fast enough for them stays on the
+    /// step schedule from the start.
+    steps_started: Instant,
+    /// Seconds left for the steps (0: no budget, the schedule stays on the steps).
+    steps_budget: f64,
+}
+
+impl Schedule {
+    fn start(args: &GRPOArgs, total: usize, start_step: usize, run_started: &Instant) -> Self {
+        Self {
+            warmup: warmup_steps(args.warmup_steps, args.warmup_ratio, total),
+            total,
+            start_step,
+            steps_started: Instant::now(),
+            steps_budget: if args.time_budget_s > 0.0 {
+                (args.time_budget_s - run_started.elapsed().as_secs_f64()).max(1e-3)
+            } else {
+                0.0
+            },
+        }
+    }
+
+    /// The learning rate of the step after `done` completed steps.
+    fn lr(&self, args: &GRPOArgs, done: usize) -> f64 {
+        let schedule_step = if args.lr_schedule_on_budget {
+            budget_schedule_step(
+                done,
+                self.start_step,
+                self.total,
+                self.warmup,
+                self.steps_started.elapsed().as_secs_f64(),
+                self.steps_budget,
+            )
+        } else {
+            done
+        };
+        learning_rate(
+            args.lr_scheduler,
+            args.lr,
+            self.warmup,
+            self.total,
+            args.min_lr_ratio,
+            schedule_step,
+        )
     }
 }
 
