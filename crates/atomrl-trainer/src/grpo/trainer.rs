@@ -246,18 +246,8 @@ impl Trainer {
             state.step = step;
             state.sampler = sampler.state();
             state.skipped_steps += row.get(keys::SKIPPED_STEP).unwrap_or(0.0) as u64;
-            let out_of_time = self.args.time_budget_s > 0.0
-                && started.elapsed().as_secs_f64() >= self.args.time_budget_s;
-            if out_of_time && (step as usize) < total {
-                logger.println(format!(
-                    "time budget of {} s reached after step {step}",
-                    self.args.time_budget_s
-                ));
-            }
-            let last = step as usize == total || out_of_time;
-            if !self.eval_set.is_empty()
-                && (last || (self.args.eval_steps > 0 && step as usize % self.args.eval_steps == 0))
-            {
+            let last = step as usize == total || self.out_of_time(&started, step, total, &logger);
+            if !self.eval_set.is_empty() && (last || every(self.args.eval_steps, step)) {
                 let r = self.evaluate()?;
                 push_eval(&mut row, &r);
                 state.eval_accuracy = Some(r.accuracy);
@@ -266,10 +256,10 @@ impl Trainer {
                 }
             }
             logger.log(&row)?;
-            if self.args.logging_steps > 0 && step as usize % self.args.logging_steps == 0 {
+            if every(self.args.logging_steps, step) {
                 logger.log_samples(step, &self.last_samples)?;
             }
-            if last || (self.args.save_steps > 0 && step as usize % self.args.save_steps == 0) {
+            if last || every(self.args.save_steps, step) {
                 last_checkpoint = Some(save_checkpoint(
                     &output_dir,
                     &self.model,
@@ -347,6 +337,25 @@ impl Trainer {
             logger.warn(format!("warning: {w}"));
         }
         row
+    }
+
+    /// Whether the time budget is spent after `step` (said on the progress output when steps
+    /// remain).
+    fn out_of_time(
+        &self,
+        started: &Instant,
+        step: u64,
+        total: usize,
+        logger: &MetricsLogger,
+    ) -> bool {
+        let budget = self.args.time_budget_s;
+        let out = budget > 0.0 && started.elapsed().as_secs_f64() >= budget;
+        if out && (step as usize) < total {
+            logger.println(format!(
+                "time budget of {budget} s reached after step {step}"
+            ));
+        }
+        out
     }
 
     /// Greedy held-out accuracy of the current policy.
@@ -496,6 +505,11 @@ fn kill_if_asked(step: u64) {
 /// Without the `test-hooks` feature the environment is not read.
 #[cfg(not(feature = "test-hooks"))]
 fn kill_if_asked(_step: u64) {}
+
+/// Whether `step` is one of every `n`th (never when `n` is 0).
+fn every(n: usize, step: u64) -> bool {
+    n > 0 && step as usize % n == 0
+}
 
 fn push_eval(row: &mut MetricRow, r: &EvalResult) {
     row.push(keys::EVAL_ACCURACY, r.accuracy);

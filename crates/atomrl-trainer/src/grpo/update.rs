@@ -192,20 +192,7 @@ pub(crate) fn policy_update_hooked(
         stats.skip_reason = Some("no completion token counts in the loss".into());
         return Ok(stats);
     }
-    // The global normaliser: every micro-batch divides by the whole batch's tokens / rows, so
-    // the micro-batch losses add up to the full-batch loss (TRL issue #3021).
-    let opts = PolicyLossOptions {
-        clip_low: a.clip_low,
-        clip_high: a.clip_high,
-        clip_ratio_c: a.clip_ratio_c,
-        ratio_level: a.ratio_level,
-        agg: AggOptions {
-            mode: a.loss_agg,
-            max_len: Some(a.max_completion_length),
-            global_tokens: Some(total_tokens),
-            global_seqs: Some(rows as f64),
-        },
-    };
+    let opts = loss_options(a, total_tokens, rows);
     // With no KL and no entropy term, a row whose advantage is exactly 0 has a per-token loss of
     // exactly 0 and no gradient: skipping its forward and backward changes nothing (its tokens
     // stay in the global normaliser above) and saves the compute of every flat group.
@@ -225,24 +212,7 @@ pub(crate) fn policy_update_hooked(
     } else {
         batch
     };
-    let micro = batch
-        .num_rows()
-        .div_ceil(a.gradient_accumulation_steps.max(1))
-        .max(1);
-    let loss = MicroLoss {
-        model: ctx.model,
-        args: a,
-        opts: &opts,
-        old: if a.num_iterations > 1 {
-            Some(detached_log_probs(ctx.model, batch, micro, a.temperature)?)
-        } else {
-            None
-        },
-        reference: match ctx.reference {
-            Some(r) if a.beta > 0.0 => Some(detached_log_probs(r, batch, micro, a.temperature)?),
-            _ => None,
-        },
-    };
+    let loss = MicroLoss::new(ctx, batch, &opts)?;
     let settings = StepSettings {
         accumulation: a.gradient_accumulation_steps,
         workers: a.workers,
@@ -272,6 +242,24 @@ pub(crate) fn policy_update_hooked(
     Ok(stats)
 }
 
+/// The policy-loss options of `a`, with the global normaliser: every micro-batch divides by the
+/// whole batch's tokens / rows, so the micro-batch losses add up to the full-batch loss (TRL
+/// issue #3021).
+fn loss_options(a: &GRPOArgs, total_tokens: f64, rows: usize) -> PolicyLossOptions {
+    PolicyLossOptions {
+        clip_low: a.clip_low,
+        clip_high: a.clip_high,
+        clip_ratio_c: a.clip_ratio_c,
+        ratio_level: a.ratio_level,
+        agg: AggOptions {
+            mode: a.loss_agg,
+            max_len: Some(a.max_completion_length),
+            global_tokens: Some(total_tokens),
+            global_seqs: Some(rows as f64),
+        },
+    }
+}
+
 /// The rows of `batch` whose advantage is not 0, or `None` when every row's is.
 fn rows_with_advantage(batch: &TrainingBatch) -> Result<Option<TrainingBatch>> {
     let adv: Vec<f32> = batch.advantages.to_vec1().ctx("update")?;
@@ -296,7 +284,37 @@ struct MicroLoss<'a> {
     reference: Option<Tensor>,
 }
 
-impl MicroLoss<'_> {
+impl<'a> MicroLoss<'a> {
+    /// The loss of `ctx` on `batch`, with the old policy's log-probs (`num_iterations > 1`)
+    /// and the reference's (β > 0) computed first, without a graph.
+    fn new(
+        ctx: &UpdateContext<'a>,
+        batch: &TrainingBatch,
+        opts: &'a PolicyLossOptions,
+    ) -> Result<Self> {
+        let a = ctx.args;
+        let micro = batch
+            .num_rows()
+            .div_ceil(a.gradient_accumulation_steps.max(1))
+            .max(1);
+        Ok(Self {
+            model: ctx.model,
+            args: a,
+            opts,
+            old: if a.num_iterations > 1 {
+                Some(detached_log_probs(ctx.model, batch, micro, a.temperature)?)
+            } else {
+                None
+            },
+            reference: match ctx.reference {
+                Some(r) if a.beta > 0.0 => {
+                    Some(detached_log_probs(r, batch, micro, a.temperature)?)
+                }
+                _ => None,
+            },
+        })
+    }
+
     /// The loss of micro-batch `mb` (rows `first..` of the batch) and its token-weighted
     /// statistics; `None` when its log-probs are not finite.
     fn of(&self, mb: &TrainingBatch, first: usize) -> Result<Option<(Tensor, MicroStats)>> {
