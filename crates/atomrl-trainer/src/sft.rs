@@ -153,7 +153,6 @@ impl RecipeStep for SftStep {
             lr,
         };
         let model = &t.model;
-        let width = batch.completion_len;
         let inject_nan = t.nan_at(step);
         let (outcome, _) = accumulate_and_step_hooked(
             &t.params,
@@ -161,29 +160,7 @@ impl RecipeStep for SftStep {
             &batch,
             settings,
             inject_nan,
-            |mb, _| {
-                let lp = get_action_log_probs(
-                    model,
-                    &mb.input_ids,
-                    &mb.attention_mask,
-                    width,
-                    1.0,
-                    false,
-                )?
-                .log_probs;
-                let finite: f32 = lp
-                    .detach()
-                    .broadcast_mul(&mb.completion_mask)
-                    .and_then(|x| x.sum_all())
-                    .and_then(|x| x.to_scalar())
-                    .ctx(func)?;
-                if !finite.is_finite() {
-                    return Ok(None);
-                }
-                let loss =
-                    compute_sft_loss(&lp, &mb.completion_mask, Some(total_tokens as f64))?.loss;
-                Ok(Some((loss, ())))
-            },
+            |mb, _| micro_loss(model, mb, total_tokens as f64),
         )?;
         if let Some(reason) = &outcome.skipped {
             t.warn(format!("step {step}: update skipped: {reason}"));
@@ -207,4 +184,33 @@ impl RecipeStep for SftStep {
     fn eval_loss(&self, t: &Trainer) -> Result<Option<f64>> {
         t.sft_eval_loss().map(Some)
     }
+}
+
+/// The SFT loss of micro-batch `mb` under `model`: completion-token cross-entropy over the
+/// whole batch's `total_tokens`; `None` when its log-probs are not finite.
+fn micro_loss(
+    model: &CausalLm,
+    mb: &TrainingBatch,
+    total_tokens: f64,
+) -> Result<Option<(candle_core::Tensor, ())>> {
+    let lp = get_action_log_probs(
+        model,
+        &mb.input_ids,
+        &mb.attention_mask,
+        mb.completion_len,
+        1.0,
+        false,
+    )?
+    .log_probs;
+    let finite: f32 = lp
+        .detach()
+        .broadcast_mul(&mb.completion_mask)
+        .and_then(|x| x.sum_all())
+        .and_then(|x| x.to_scalar())
+        .ctx("sft_step")?;
+    if !finite.is_finite() {
+        return Ok(None);
+    }
+    let loss = compute_sft_loss(&lp, &mb.completion_mask, Some(total_tokens))?.loss;
+    Ok(Some((loss, ())))
 }
