@@ -202,6 +202,23 @@ impl MetricsLogger {
         self.progress.println(msg);
     }
 
+    /// Prints a warning without breaking the progress bar: above the bar when one is shown,
+    /// otherwise to stderr (also when progress output is off, unlike [`MetricsLogger::println`]).
+    ///
+    /// # Example
+    /// ```
+    /// use atomrl_metrics::MetricsLogger;
+    ///
+    /// let dir = std::env::temp_dir().join(format!("atomrl-doc-warn-{}", std::process::id()));
+    /// let logger = MetricsLogger::create(&dir, None, 1, false)?;
+    /// logger.warn("warning: step 1: update skipped");
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn warn(&self, msg: impl AsRef<str>) {
+        self.progress.warn(msg);
+    }
+
     /// The output folder.
     ///
     /// # Example

@@ -98,6 +98,18 @@ impl Progress {
         }
     }
 
+    /// Prints a warning on its own line: above the bar when one is shown, otherwise to stderr
+    /// (a warning is printed even when progress output is disabled).
+    ///
+    /// # Example
+    /// See [`Progress`].
+    pub fn warn(&self, msg: impl AsRef<str>) {
+        match &self.bar {
+            Some(bar) => bar.println(msg),
+            None => eprintln!("{}", msg.as_ref()),
+        }
+    }
+
     /// Leaves the finished bar on screen.
     ///
     /// # Example

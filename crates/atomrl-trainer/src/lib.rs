@@ -18,6 +18,7 @@ pub mod config;
 pub mod grpo;
 pub mod infer;
 pub mod parallel;
+mod recipe;
 pub mod run;
 pub mod runtime;
 pub mod sft;

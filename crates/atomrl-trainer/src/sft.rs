@@ -13,8 +13,10 @@ use atomrl_sample::ChatTokenizer;
 
 use crate::config::GRPOArgs;
 use crate::data::{EpochSampler, Example};
-use crate::grpo::{accumulate_and_step, StepSettings, Trainer, TrainingBatch};
+use crate::grpo::accumulate::accumulate_and_step_hooked;
+use crate::grpo::{StepSettings, Trainer, TrainingBatch};
 use crate::logging::{keys, MetricRow};
+use crate::recipe::RecipeStep;
 
 /// Examples per batch when computing the held-out loss.
 const EVAL_LOSS_BATCH: usize = 32;
@@ -80,78 +82,6 @@ impl Trainer {
         )
     }
 
-    /// One SFT step: a batch of examples, mean completion-token cross-entropy with the global
-    /// token count as normaliser, accumulation, clipping, AdamW.
-    pub(crate) fn sft_step(
-        &mut self,
-        step: u64,
-        lr: f64,
-        sampler: &mut EpochSampler,
-    ) -> Result<MetricRow> {
-        let func = "sft_step";
-        let started = Instant::now();
-        let picked: Vec<&Example> = sampler
-            .next_batch(self.args.batch_size)
-            .into_iter()
-            .map(|i| &self.train_set[i])
-            .collect();
-        let batch = self.sft_batch(&picked)?;
-        let total_tokens: f32 = batch
-            .completion_mask
-            .sum_all()
-            .and_then(|t| t.to_scalar())
-            .ctx(func)?;
-        let settings = StepSettings {
-            accumulation: self.args.gradient_accumulation_steps,
-            workers: self.args.workers,
-            max_grad_norm: self.args.max_grad_norm,
-            lr,
-            inject_nan: self.nan_steps.contains(&step),
-        };
-        let model = &self.model;
-        let t = batch.completion_len;
-        let (outcome, _) = accumulate_and_step(
-            &self.params,
-            &mut self.optimizer,
-            &batch,
-            settings,
-            |mb, _| {
-                let lp =
-                    get_action_log_probs(model, &mb.input_ids, &mb.attention_mask, t, 1.0, false)?
-                        .log_probs;
-                let finite: f32 = lp
-                    .detach()
-                    .broadcast_mul(&mb.completion_mask)
-                    .and_then(|x| x.sum_all())
-                    .and_then(|x| x.to_scalar())
-                    .ctx(func)?;
-                if !finite.is_finite() {
-                    return Ok(None);
-                }
-                let loss =
-                    compute_sft_loss(&lp, &mb.completion_mask, Some(total_tokens as f64))?.loss;
-                Ok(Some((loss, ())))
-            },
-        )?;
-        if let Some(reason) = &outcome.skipped {
-            eprintln!("warning: step {step}: update skipped: {reason}");
-        }
-        let seconds = started.elapsed().as_secs_f64();
-        let mut row = MetricRow::new(step);
-        row.push(keys::LOSS, outcome.loss);
-        row.push(keys::GRAD_NORM, outcome.grad_norm);
-        row.push(keys::LR, lr);
-        row.push(keys::TOKENS_PER_S, total_tokens as f64 / seconds.max(1e-9));
-        row.push(keys::COMPLETION_TOKENS, total_tokens as f64);
-        row.push(
-            keys::SKIPPED_STEP,
-            if outcome.skipped.is_some() { 1.0 } else { 0.0 },
-        );
-        row.push(keys::TIME_STEP_S, seconds);
-        self.last_samples.clear();
-        Ok(row)
-    }
-
     /// Teacher-forced mean completion-token loss on the held-out examples.
     pub(crate) fn sft_eval_loss(&self) -> Result<f64> {
         let func = "sft_eval_loss";
@@ -188,4 +118,99 @@ impl Trainer {
         }
         Ok(if tokens > 0.0 { nll / tokens } else { f64::NAN })
     }
+}
+
+/// The SFT recipe's step (it holds nothing of its own: the data's completions are the targets).
+pub(crate) struct SftStep;
+
+impl RecipeStep for SftStep {
+    /// One SFT step: a batch of examples, mean completion-token cross-entropy with the global
+    /// token count as normaliser, accumulation, clipping, AdamW.
+    fn step(
+        &mut self,
+        t: &mut Trainer,
+        step: u64,
+        lr: f64,
+        sampler: &mut EpochSampler,
+    ) -> Result<MetricRow> {
+        let func = "sft_step";
+        let started = Instant::now();
+        let picked: Vec<&Example> = sampler
+            .next_batch(t.args.batch_size)
+            .into_iter()
+            .map(|i| &t.train_set[i])
+            .collect();
+        let batch = t.sft_batch(&picked)?;
+        let total_tokens: f32 = batch
+            .completion_mask
+            .sum_all()
+            .and_then(|t| t.to_scalar())
+            .ctx(func)?;
+        let settings = StepSettings {
+            accumulation: t.args.gradient_accumulation_steps,
+            workers: t.args.workers,
+            max_grad_norm: t.args.max_grad_norm,
+            lr,
+        };
+        let model = &t.model;
+        let inject_nan = t.nan_at(step);
+        let (outcome, _) = accumulate_and_step_hooked(
+            &t.params,
+            &mut t.optimizer,
+            &batch,
+            settings,
+            inject_nan,
+            |mb, _| micro_loss(model, mb, total_tokens as f64),
+        )?;
+        if let Some(reason) = &outcome.skipped {
+            t.warn(format!("step {step}: update skipped: {reason}"));
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        let mut row = MetricRow::new(step);
+        row.push(keys::LOSS, outcome.loss);
+        row.push(keys::GRAD_NORM, outcome.grad_norm);
+        row.push(keys::LR, lr);
+        row.push(keys::TOKENS_PER_S, total_tokens as f64 / seconds.max(1e-9));
+        row.push(keys::COMPLETION_TOKENS, total_tokens as f64);
+        row.push(
+            keys::SKIPPED_STEP,
+            if outcome.skipped.is_some() { 1.0 } else { 0.0 },
+        );
+        row.push(keys::TIME_STEP_S, seconds);
+        t.last_samples.clear();
+        Ok(row)
+    }
+
+    fn eval_loss(&self, t: &Trainer) -> Result<Option<f64>> {
+        t.sft_eval_loss().map(Some)
+    }
+}
+
+/// The SFT loss of micro-batch `mb` under `model`: completion-token cross-entropy over the
+/// whole batch's `total_tokens`; `None` when its log-probs are not finite.
+fn micro_loss(
+    model: &CausalLm,
+    mb: &TrainingBatch,
+    total_tokens: f64,
+) -> Result<Option<(candle_core::Tensor, ())>> {
+    let lp = get_action_log_probs(
+        model,
+        &mb.input_ids,
+        &mb.attention_mask,
+        mb.completion_len,
+        1.0,
+        false,
+    )?
+    .log_probs;
+    let finite: f32 = lp
+        .detach()
+        .broadcast_mul(&mb.completion_mask)
+        .and_then(|x| x.sum_all())
+        .and_then(|x| x.to_scalar())
+        .ctx("sft_step")?;
+    if !finite.is_finite() {
+        return Ok(None);
+    }
+    let loss = compute_sft_loss(&lp, &mb.completion_mask, Some(total_tokens))?.loss;
+    Ok(Some((loss, ())))
 }

@@ -67,7 +67,7 @@ fn update(
         params: &params,
         args: &args,
     };
-    let stats = policy_update(&ctx, &mut opt, batch, 1e-2, false).unwrap();
+    let stats = policy_update(&ctx, &mut opt, batch, 1e-2).unwrap();
     (stats, m)
 }
 
@@ -173,4 +173,98 @@ fn skipping_zero_advantage_rows_is_exact() {
             stats.grad_norm
         );
     }
+}
+
+/// A step whose groups are all flat (every advantage 0) skips the forward and backward but
+/// still takes the optimizer step with a zero gradient, as TRL and verl do: the weights and
+/// moments equal an explicit AdamW step with `g = 0` (from the nonzero moments a previous
+/// step left), and the step count advances.
+#[test]
+fn a_flat_step_is_a_zero_gradient_adamw_step() {
+    let m = model();
+    let args = GRPOArgs {
+        beta: 0.0,
+        entropy_coef: 0.0,
+        max_grad_norm: 0.0,
+        ..GRPOArgs::preset(Recipe::Grpo)
+    };
+    let params = m.named_vars();
+    let config = AdamWConfig {
+        weight_decay: 0.1,
+        ..AdamWConfig::default()
+    };
+    let mut opt = AdamW::new(params.clone(), config).unwrap();
+    let ctx = UpdateContext {
+        model: &m,
+        reference: None,
+        params: &params,
+        args: &args,
+    };
+    let lr = 1e-2;
+    policy_update(&ctx, &mut opt, &batch(), lr).unwrap();
+    assert_eq!(opt.step_count(), 1);
+    let dir = std::env::temp_dir().join(format!("atomrl-flat-step-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (before_file, after_file) = (
+        dir.join("before.safetensors"),
+        dir.join("after.safetensors"),
+    );
+    opt.save(&before_file).unwrap();
+    let before_w: Vec<Vec<f32>> = params
+        .iter()
+        .map(|(_, v)| v.as_tensor().flatten_all().unwrap().to_vec1().unwrap())
+        .collect();
+
+    let flat = ragged_batch(&[0.0; 6], |i| 1 + (i * 5) % 6);
+    let stats = policy_update(&ctx, &mut opt, &flat, lr).unwrap();
+    assert_eq!(stats.skipped, 0);
+    assert_eq!(opt.step_count(), 2, "the flat step counts");
+    opt.save(&after_file).unwrap();
+
+    let read = |file: &std::path::Path, key: &str| -> Vec<f32> {
+        candle_core::safetensors::load(file, &Device::Cpu).unwrap()[key]
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap()
+    };
+    let (b1, b2) = (config.beta1, config.beta2);
+    let (bias1, bias2) = (1.0 - b1.powi(2), 1.0 - b2.powi(2));
+    let mut moved = false;
+    for ((name, var), theta0) in params.iter().zip(&before_w) {
+        let (m0, v0) = (
+            read(&before_file, &format!("m.{name}")),
+            read(&before_file, &format!("v.{name}")),
+        );
+        let (m1, v1) = (
+            read(&after_file, &format!("m.{name}")),
+            read(&after_file, &format!("v.{name}")),
+        );
+        let theta1: Vec<f32> = var.as_tensor().flatten_all().unwrap().to_vec1().unwrap();
+        for i in 0..theta0.len() {
+            let m = b1 * m0[i] as f64;
+            let v = b2 * v0[i] as f64;
+            let update = (m / bias1) / ((v / bias2).sqrt() + config.eps);
+            let want = theta0[i] as f64 * (1.0 - lr * config.weight_decay) - lr * update;
+            assert!(
+                (m1[i] as f64 - m).abs() <= 1e-6 * m.abs().max(1e-12),
+                "{name}[{i}] m"
+            );
+            assert!(
+                (v1[i] as f64 - v).abs() <= 1e-6 * v.abs().max(1e-20),
+                "{name}[{i}] v"
+            );
+            assert!(
+                (theta1[i] as f64 - want).abs() <= 1e-6 * (want.abs() + lr),
+                "{name}[{i}]: {} vs {want}",
+                theta1[i]
+            );
+            moved |= theta1[i] != theta0[i];
+        }
+    }
+    assert!(
+        moved,
+        "a zero-gradient AdamW step with nonzero moments moves the weights"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

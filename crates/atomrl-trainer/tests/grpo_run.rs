@@ -347,3 +347,39 @@ fn data_parallel_workers_train_deterministically() {
         )
     );
 }
+
+/// With β > 0 the reference is a frozen copy of the policy the caller passed, not a reload of
+/// `args.model`: a policy changed in memory (one weight scaled) has a KL of exactly 0 to it at
+/// step 1, and the KL grows once the policy moves.
+#[test]
+fn the_reference_is_the_given_policy_not_a_reload() {
+    let dir = temp_dir("grpo-reference");
+    let a = args(
+        &dir,
+        &["beta=0.1", "max_steps=2", "save_steps=0", "eval_size=0"],
+    );
+    let model = CausalLm::from_hf_dir(model_dir(), DType::F32, &Device::Cpu).unwrap();
+    let name = "model.layers.0.mlp.down_proj.weight";
+    let (_, var) = model
+        .named_vars()
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .unwrap();
+    var.set(&(var.as_tensor() * 3.0).unwrap()).unwrap();
+    let tok = ChatTokenizer::from_hf_dir(model_dir()).unwrap();
+    let mut t = Trainer::new(a, model, tok, vowel_rewards()).unwrap();
+    t.train().unwrap();
+    let rows = read_metrics(dir.join("run").join("metrics.jsonl")).unwrap();
+    let kl = |step: u64| {
+        rows.iter()
+            .find(|r| r.step == step)
+            .and_then(|r| r.get("kl"))
+            .unwrap()
+    };
+    assert_eq!(
+        kl(1),
+        0.0,
+        "the reference equals the policy before the first update"
+    );
+    assert!(kl(2) > 0.0, "the reference stays frozen: {}", kl(2));
+}

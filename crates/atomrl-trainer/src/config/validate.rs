@@ -12,27 +12,15 @@ const FUNC: &str = "config";
 /// # Errors
 /// [`Error::Value`] / [`Error::UnknownChoice`] naming the key.
 pub fn validate(a: &GRPOArgs) -> Result<()> {
-    let positive = |key: &str, v: f64| {
-        if v.is_finite() && v > 0.0 {
-            Ok(())
-        } else {
-            Err(Error::value(FUNC, key, "a finite number > 0", v))
-        }
-    };
-    let non_negative = |key: &str, v: f64| {
-        if v.is_finite() && v >= 0.0 {
-            Ok(())
-        } else {
-            Err(Error::value(FUNC, key, "a finite number >= 0", v))
-        }
-    };
-    let at_least = |key: &str, v: usize, min: usize| {
-        if v >= min {
-            Ok(())
-        } else {
-            Err(Error::value(FUNC, key, format!(">= {min}"), v))
-        }
-    };
+    check_sources(a)?;
+    check_ranges(a)?;
+    check_counts(a)?;
+    check_recipe(a)?;
+    check_resume(a)
+}
+
+/// The model, the data and where they run.
+fn check_sources(a: &GRPOArgs) -> Result<()> {
     if a.model.trim().is_empty() {
         return Err(Error::missing(
             FUNC,
@@ -55,6 +43,11 @@ pub fn validate(a: &GRPOArgs) -> Result<()> {
             a.workers,
         ));
     }
+    Ok(())
+}
+
+/// The real-valued options' ranges.
+fn check_ranges(a: &GRPOArgs) -> Result<()> {
     positive("lr", a.lr)?;
     positive("temperature", a.temperature)?;
     positive("adam_eps", a.adam_eps)?;
@@ -90,6 +83,11 @@ pub fn validate(a: &GRPOArgs) -> Result<()> {
             return Err(Error::value(FUNC, "clip_ratio_c", "a finite number > 1", c));
         }
     }
+    Ok(())
+}
+
+/// The sizes and counts.
+fn check_counts(a: &GRPOArgs) -> Result<()> {
     at_least("batch_size", a.batch_size, 1)?;
     at_least(
         "gradient_accumulation_steps",
@@ -103,6 +101,11 @@ pub fn validate(a: &GRPOArgs) -> Result<()> {
     if a.max_steps == 0 {
         at_least("epochs", a.epochs, 1)?;
     }
+    Ok(())
+}
+
+/// What the recipe needs: groups and rewards for GRPO/DAPO, a valid `[lora]` table.
+fn check_recipe(a: &GRPOArgs) -> Result<()> {
     if a.recipe != Recipe::Sft {
         at_least("num_generations", a.num_generations, 2)?;
         if a.rewards.is_empty() {
@@ -126,6 +129,11 @@ pub fn validate(a: &GRPOArgs) -> Result<()> {
             ));
         }
     }
+    Ok(())
+}
+
+/// A `resume` folder exists.
+fn check_resume(a: &GRPOArgs) -> Result<()> {
     if let Some(dir) = a.resume.path() {
         if !dir.is_dir() {
             return Err(Error::value(
@@ -137,4 +145,28 @@ pub fn validate(a: &GRPOArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn positive(key: &str, v: f64) -> Result<()> {
+    if v.is_finite() && v > 0.0 {
+        Ok(())
+    } else {
+        Err(Error::value(FUNC, key, "a finite number > 0", v))
+    }
+}
+
+fn non_negative(key: &str, v: f64) -> Result<()> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(())
+    } else {
+        Err(Error::value(FUNC, key, "a finite number >= 0", v))
+    }
+}
+
+fn at_least(key: &str, v: usize, min: usize) -> Result<()> {
+    if v >= min {
+        Ok(())
+    } else {
+        Err(Error::value(FUNC, key, format!(">= {min}"), v))
+    }
 }

@@ -31,8 +31,6 @@ pub struct StepSettings {
     pub max_grad_norm: f64,
     /// Learning rate of this update.
     pub lr: f64,
-    /// Make the loss NaN (test hook for the guard).
-    pub inject_nan: bool,
 }
 
 /// What one micro-batch gave: its gradients, its loss and the caller's statistics.
@@ -47,7 +45,8 @@ struct MicroResult<T> {
 /// normaliser, with any statistics `T` the caller wants back; `Ok(None)` means its inputs
 /// were not finite), clips the global norm and applies AdamW — unless the loss or the norm is
 /// not finite, in which case nothing is updated and the reason is returned. Micro-batches
-/// without a scored token are skipped (they add 0). The micro-batches of one wave run on
+/// without a scored token are skipped (they add 0); when no micro-batch has one, the
+/// optimizer still steps, with a zero gradient ([`zero_gradient_step`]). The micro-batches of one wave run on
 /// `workers` threads; gradients are summed in micro-batch order, so the update does not
 /// depend on thread timing.
 ///
@@ -58,6 +57,19 @@ pub fn accumulate_and_step<T: Send>(
     optimizer: &mut AdamW,
     batch: &TrainingBatch,
     settings: StepSettings,
+    micro_loss: impl Fn(&TrainingBatch, usize) -> Result<Option<(Tensor, T)>> + Sync,
+) -> Result<(StepOutcome, Vec<T>)> {
+    accumulate_and_step_hooked(params, optimizer, batch, settings, false, micro_loss)
+}
+
+/// [`accumulate_and_step`], with the loss made NaN when `inject_nan` (the trainer's test hook
+/// for the guard, feature `test-hooks`).
+pub(crate) fn accumulate_and_step_hooked<T: Send>(
+    params: &[(String, Var)],
+    optimizer: &mut AdamW,
+    batch: &TrainingBatch,
+    settings: StepSettings,
+    inject_nan: bool,
     micro_loss: impl Fn(&TrainingBatch, usize) -> Result<Option<(Tensor, T)>> + Sync,
 ) -> Result<(StepOutcome, Vec<T>)> {
     let func = "accumulate_and_step";
@@ -81,7 +93,7 @@ pub fn accumulate_and_step<T: Send>(
             let Some((mut loss, extra)) = micro_loss(&mb, range.start)? else {
                 return Ok(None);
             };
-            if settings.inject_nan {
+            if inject_nan {
                 loss = (loss * f64::NAN).ctx(func)?;
             }
             let store = loss.backward().ctx(func)?;
@@ -114,6 +126,31 @@ pub fn accumulate_and_step<T: Send>(
         ));
         return Ok((outcome, extras));
     }
-    optimizer.step(&|name| grads.get(name), settings.lr)?;
+    if extras.is_empty() {
+        zero_gradient_step(optimizer, settings.lr)?;
+    } else {
+        optimizer.step(&|name| grads.get(name), settings.lr)?;
+    }
     Ok((outcome, extras))
+}
+
+/// One optimizer update with a zero gradient for every parameter, as TRL and verl take on a
+/// step with nothing to learn (every group flat): no forward or backward, but the weights
+/// still move through the Adam moments and the weight decay, and the step count advances.
+///
+/// # Errors
+/// Tensor allocation failures.
+pub fn zero_gradient_step(optimizer: &mut AdamW, lr: f64) -> Result<()> {
+    let zeros = optimizer
+        .params()
+        .iter()
+        .map(|(name, var)| {
+            var.as_tensor()
+                .zeros_like()
+                .and_then(|t| t.to_dtype(candle_core::DType::F32))
+                .map(|t| (name.clone(), t))
+                .ctx("zero_gradient_step")
+        })
+        .collect::<Result<std::collections::HashMap<_, _>>>()?;
+    optimizer.step(&|name| zeros.get(name).cloned(), lr)
 }

@@ -1,14 +1,15 @@
 //! The GRPO and DAPO recipes: rollouts, rewards, advantages, the clipped policy update.
 
-mod accumulate;
+pub(crate) mod accumulate;
 mod batch;
 mod eval;
 mod prompt;
 mod rollout;
+mod step;
 mod trainer;
 mod update;
 
-pub use accumulate::{accumulate_and_step, StepOutcome, StepSettings};
+pub use accumulate::{accumulate_and_step, zero_gradient_step, StepOutcome, StepSettings};
 pub use batch::TrainingBatch;
 pub use eval::{evaluate, evaluate_sharded, EvalResult};
 pub use prompt::{EncodedPrompt, PromptEncoder};

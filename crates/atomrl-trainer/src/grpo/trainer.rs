@@ -3,23 +3,22 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use atomrl_advantage::compute_advantages;
 use atomrl_core::{CandleContext, Error, Result};
 use atomrl_model::CausalLm;
 use atomrl_reward::WeightedRewards;
-use atomrl_sample::{ChatTokenizer, FinishReason, SamplingParams};
-use candle_core::{Device, Tensor, Var};
+use atomrl_sample::ChatTokenizer;
+use candle_core::Var;
 
-use super::batch::TrainingBatch;
 use super::eval::{evaluate_sharded, EvalResult};
 use super::prompt::PromptEncoder;
-use super::rollout::{add_round, generate_group_rows_sharded, RolloutContext, Rollouts};
-use super::update::{policy_update, UpdateContext};
+use super::step::GrpoStep;
 use crate::checkpoint::{latest_checkpoint, load_trainer_state, save_checkpoint, TrainerState};
-use crate::config::{GRPOArgs, Resume};
-use crate::data::{DataSource, EpochSampler, Example, SplitMix64};
+use crate::config::{GRPOArgs, Recipe, Resume};
+use crate::data::{DataSource, EpochSampler, Example};
 use crate::logging::{keys, MetricRow, MetricsLogger};
 use crate::optim::{budget_schedule_step, learning_rate, warmup_steps, AdamW, AdamWConfig};
+use crate::recipe::{RecipeStep, Stepping};
+use crate::sft::SftStep;
 
 /// What a finished run reports.
 #[derive(Debug, Clone)]
@@ -49,17 +48,22 @@ pub struct Trainer {
     pub(crate) args: GRPOArgs,
     pub(crate) model: CausalLm,
     pub(crate) tokenizer: ChatTokenizer,
-    reference: Option<CausalLm>,
-    rewards: WeightedRewards,
+    /// The recipe's step (GRPO/DAPO or SFT): the loop calls it, without branching on the
+    /// recipe.
+    recipe: Box<dyn RecipeStep>,
     pub(crate) train_set: Vec<Example>,
     pub(crate) eval_set: Vec<Example>,
     pub(crate) encoder: PromptEncoder,
     pub(crate) params: Vec<(String, Var)>,
     pub(crate) optimizer: AdamW,
     /// Steps at which the loss is replaced by NaN (tests of the guard).
-    pub(crate) nan_steps: Vec<u64>,
+    #[cfg(feature = "test-hooks")]
+    nan_steps: Vec<u64>,
     /// A few (prompt, completion, reward) of the last step, for the sample log.
     pub(crate) last_samples: Vec<(String, String, f64)>,
+    /// Warnings of the current step, printed through the logger after it (above the progress
+    /// bar, which a bare `eprintln!` would tear).
+    pub(crate) warnings: Vec<String>,
 }
 
 /// The GRPO / DAPO trainer of the seeds' usage example (the same type as [`Trainer`]).
@@ -85,7 +89,7 @@ impl Trainer {
     /// A trainer on explicit training and held-out examples.
     ///
     /// # Errors
-    /// An empty training set, optimizer allocation, a reference model that cannot be loaded.
+    /// An empty training set, optimizer allocation, a reference copy that cannot be allocated.
     pub fn with_data(
         mut args: GRPOArgs,
         mut model: CausalLm,
@@ -126,15 +130,18 @@ impl Trainer {
                 weight_decay: args.weight_decay,
             },
         )?;
-        // β = 0 holds no reference model at all; otherwise a frozen copy of the initial weights.
-        let reference = if args.beta > 0.0 {
-            let dir = crate::runtime::resolve_model_dir(&args.model)?;
-            // Same master dtype and compute dtype as the policy, so the KL at step 1 is 0.
-            let mut reference = CausalLm::from_hf_dir(dir, model.dtype(), model.device())?;
-            reference.set_compute_dtype(model.compute_dtype())?;
-            Some(reference)
-        } else {
-            None
+        let recipe: Box<dyn RecipeStep> = match args.recipe {
+            Recipe::Sft => Box::new(SftStep),
+            Recipe::Grpo | Recipe::Dapo => Box::new(GrpoStep {
+                rewards,
+                // β = 0 holds no reference model at all; otherwise a frozen copy of the given
+                // policy.
+                reference: if args.beta > 0.0 {
+                    Some(frozen_copy(&model)?)
+                } else {
+                    None
+                },
+            }),
         };
         let encoder = PromptEncoder {
             chat_template: args.chat_template,
@@ -145,22 +152,42 @@ impl Trainer {
             args,
             model,
             tokenizer,
-            reference,
-            rewards,
+            recipe,
             train_set,
             eval_set,
             encoder,
             params,
             optimizer,
+            #[cfg(feature = "test-hooks")]
             nan_steps: Vec::new(),
             last_samples: Vec::new(),
+            warnings: Vec::new(),
         })
     }
 
-    /// Makes the loss NaN at these steps (1-based), to exercise the skip guard.
+    /// Makes the loss NaN at these steps (1-based), to exercise the skip guard. A test hook:
+    /// only with the `test-hooks` feature.
+    #[cfg(feature = "test-hooks")]
     pub fn inject_nan_at(mut self, steps: &[u64]) -> Self {
         self.nan_steps = steps.to_vec();
         self
+    }
+
+    /// Whether the test hook asks for a NaN loss at `step`.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn nan_at(&self, step: u64) -> bool {
+        self.nan_steps.contains(&step)
+    }
+
+    /// Whether the test hook asks for a NaN loss at `step`: never without `test-hooks`.
+    #[cfg(not(feature = "test-hooks"))]
+    pub(crate) fn nan_at(&self, _step: u64) -> bool {
+        false
+    }
+
+    /// Queues a warning of the current step (printed by the loop through the logger).
+    pub(crate) fn warn(&mut self, msg: String) {
+        self.warnings.push(msg);
     }
 
     /// The policy model.
@@ -189,20 +216,7 @@ impl Trainer {
         let output_dir = PathBuf::from(&self.args.output_dir);
         std::fs::create_dir_all(&output_dir).map_err(|e| Error::file(output_dir.display(), e))?;
         let total = self.total_steps();
-        let mut sampler = EpochSampler::new(self.train_set.len(), self.args.seed);
-        let mut state = TrainerState {
-            step: 0,
-            sampler: sampler.state(),
-            skipped_steps: 0,
-            seed: self.args.seed,
-            eval_accuracy: None,
-            recipe: self.args.recipe,
-        };
-        if let Some(ckpt) = self.resume_point(&output_dir)? {
-            state = self.restore(&ckpt)?;
-            sampler =
-                EpochSampler::from_state(self.train_set.len(), self.args.seed, &state.sampler)?;
-        }
+        let (mut state, mut sampler) = self.start_state(&output_dir)?;
         let resumed = state.step > 0;
         let mut logger = MetricsLogger::create(
             &output_dir,
@@ -218,74 +232,22 @@ impl Trainer {
             ));
         }
         let eval_before = if !resumed && !self.eval_set.is_empty() {
-            let r = self.evaluate()?;
-            let mut row = MetricRow::new(0);
-            push_eval(&mut row, &r);
-            logger.log(&row)?;
-            logger.println(format!(
-                "step 0: held-out greedy accuracy {:.1}% ({} examples)",
-                100.0 * r.accuracy,
-                r.count
-            ));
-            Some(r)
+            Some(self.opening_eval(&mut logger)?)
         } else {
             None
         };
-        let warmup = warmup_steps(self.args.warmup_steps, self.args.warmup_ratio, total);
-        let start_step = state.step as usize;
-        // The schedule's clock starts with the first step: the budget left after the opening
-        // evaluation is what the steps share, and a machine fast enough for them stays on the
-        // step schedule from the start.
-        let steps_started = Instant::now();
-        // No budget (0) leaves the schedule on the steps.
-        let steps_budget = if self.args.time_budget_s > 0.0 {
-            (self.args.time_budget_s - started.elapsed().as_secs_f64()).max(1e-3)
-        } else {
-            0.0
-        };
+        let schedule = Schedule::start(&self.args, total, state.step as usize, &started);
         let mut last_checkpoint = None;
         let mut eval_after = None;
         while (state.step as usize) < total {
             let step = state.step + 1;
-            let schedule_step = if self.args.lr_schedule_on_budget {
-                budget_schedule_step(
-                    state.step as usize,
-                    start_step,
-                    total,
-                    warmup,
-                    steps_started.elapsed().as_secs_f64(),
-                    steps_budget,
-                )
-            } else {
-                state.step as usize
-            };
-            let lr = learning_rate(
-                self.args.lr_scheduler,
-                self.args.lr,
-                warmup,
-                total,
-                self.args.min_lr_ratio,
-                schedule_step,
-            );
-            let mut row = match self.args.recipe {
-                crate::config::Recipe::Sft => self.sft_step(step, lr, &mut sampler)?,
-                _ => self.step(step, lr, &mut sampler)?,
-            };
+            let lr = schedule.lr(&self.args, state.step as usize);
+            let mut row = self.recipe_step(step, lr, &mut sampler, &logger)?;
             state.step = step;
             state.sampler = sampler.state();
             state.skipped_steps += row.get(keys::SKIPPED_STEP).unwrap_or(0.0) as u64;
-            let out_of_time = self.args.time_budget_s > 0.0
-                && started.elapsed().as_secs_f64() >= self.args.time_budget_s;
-            if out_of_time && (step as usize) < total {
-                logger.println(format!(
-                    "time budget of {} s reached after step {step}",
-                    self.args.time_budget_s
-                ));
-            }
-            let last = step as usize == total || out_of_time;
-            if !self.eval_set.is_empty()
-                && (last || (self.args.eval_steps > 0 && step as usize % self.args.eval_steps == 0))
-            {
+            let last = step as usize == total || self.out_of_time(&started, step, total, &logger);
+            if !self.eval_set.is_empty() && (last || every(self.args.eval_steps, step)) {
                 let r = self.evaluate()?;
                 push_eval(&mut row, &r);
                 state.eval_accuracy = Some(r.accuracy);
@@ -294,10 +256,10 @@ impl Trainer {
                 }
             }
             logger.log(&row)?;
-            if self.args.logging_steps > 0 && step as usize % self.args.logging_steps == 0 {
+            if every(self.args.logging_steps, step) {
                 logger.log_samples(step, &self.last_samples)?;
             }
-            if last || (self.args.save_steps > 0 && step as usize % self.args.save_steps == 0) {
+            if last || every(self.args.save_steps, step) {
                 last_checkpoint = Some(save_checkpoint(
                     &output_dir,
                     &self.model,
@@ -325,238 +287,75 @@ impl Trainer {
         })
     }
 
-    /// One GRPO step: rollouts (with DAPO refills), advantages, the policy update; returns the
-    /// step's metrics.
-    fn step(&mut self, step: u64, lr: f64, sampler: &mut EpochSampler) -> Result<MetricRow> {
-        let a = &self.args;
-        let g = a.num_generations;
-        let t0 = Instant::now();
-        let params = SamplingParams {
-            num_generations: g,
-            max_new_tokens: a.max_completion_length,
-            temperature: a.temperature,
-            top_p: a.top_p,
-            top_k: a.top_k,
-            min_p: a.min_p,
-            repetition_penalty: a.repetition_penalty,
-            stop_token_ids: self.tokenizer.eos_token_ids(),
-            stop_strings: Vec::new(),
-            seed: 0,
-        };
-        let view = self.model.detached();
-        let ctx = RolloutContext {
-            model: &view,
-            tokenizer: &self.tokenizer,
-            params: &params,
-            rewards: &self.rewards,
-        };
-        let rounds = if a.dynamic_sampling {
-            a.max_num_gen_batches
-        } else {
-            1
-        };
-        let mut rollouts = Rollouts::default();
-        let mut truncated_prompts = 0;
-        for round in 0..rounds {
-            let picked: Vec<&Example> = sampler
-                .next_batch(a.batch_size)
-                .into_iter()
-                .map(|i| &self.train_set[i])
-                .collect();
-            let prompts = picked
-                .iter()
-                .map(|e| self.encoder.encode(&self.tokenizer, e))
-                .collect::<Result<Vec<_>>>()?;
-            truncated_prompts += prompts.iter().filter(|p| p.truncated).count();
-            let truth: Vec<String> = picked.iter().map(|e| e.ground_truth.clone()).collect();
-            let round_params = SamplingParams {
-                seed: sampling_seed(a.seed, step, round as u64),
-                ..params.clone()
-            };
-            let round_ctx = RolloutContext {
-                params: &round_params,
-                ..ctx
-            };
-            let (rows, tokens) =
-                generate_group_rows_sharded(&round_ctx, &prompts, &truth, a.workers)?;
-            rollouts.generated_tokens += tokens;
-            add_round(&mut rollouts, rows, g, a.dynamic_sampling, a.batch_size)?;
-            if rollouts.rows.len() >= a.batch_size * g {
-                break;
-            }
+    /// The state the run starts from: fresh, or restored from the checkpoint `resume` names.
+    fn start_state(&mut self, output_dir: &Path) -> Result<(TrainerState, EpochSampler)> {
+        if let Some(ckpt) = self.resume_point(output_dir)? {
+            let state = self.restore(&ckpt)?;
+            let sampler =
+                EpochSampler::from_state(self.train_set.len(), self.args.seed, &state.sampler)?;
+            return Ok((state, sampler));
         }
-        if truncated_prompts > 0 {
-            eprintln!("warning: step {step}: {truncated_prompts} prompt(s) longer than max_prompt_length = {} were left-truncated", a.max_prompt_length);
-        }
-        let generate_s = t0.elapsed().as_secs_f64();
-        let t1 = Instant::now();
-        let mut row = MetricRow::new(step);
-        let stats = if rollouts.rows.is_empty() {
-            None
-        } else {
-            let rewards: Vec<f32> = rollouts.rows.iter().map(|r| r.reward as f32).collect();
-            let adv = compute_advantages(
-                &Tensor::new(rewards.as_slice(), &Device::Cpu).ctx("step")?,
-                g,
-                a.advantage_mode,
-                a.advantage_eps,
-            )?;
-            let advantages: Vec<f32> = adv.advantages.to_vec1().ctx("step")?;
-            let counts: Vec<bool> = rollouts
-                .rows
-                .iter()
-                .map(|r| !(a.mask_truncated_completions && r.finish_reason == FinishReason::Length))
-                .collect();
-            let seqs: Vec<(&[u32], &[u32])> = rollouts
-                .rows
-                .iter()
-                .map(|r| (r.prompt_ids.as_slice(), r.completion_ids.as_slice()))
-                .collect();
-            let batch = TrainingBatch::build(
-                &seqs,
-                &advantages,
-                &counts,
-                self.tokenizer.pad_token_id(),
-                self.model.device(),
-            )?;
-            let inject = self.nan_steps.contains(&step);
-            let uctx = UpdateContext {
-                model: &self.model,
-                reference: self.reference.as_ref(),
-                params: &self.params,
-                args: &self.args,
-            };
-            Some(policy_update(
-                &uctx,
-                &mut self.optimizer,
-                &batch,
-                lr,
-                inject,
-            )?)
+        let sampler = EpochSampler::new(self.train_set.len(), self.args.seed);
+        let state = TrainerState {
+            step: 0,
+            sampler: sampler.state(),
+            skipped_steps: 0,
+            seed: self.args.seed,
+            eval_accuracy: None,
+            recipe: self.args.recipe,
         };
-        let train_s = t1.elapsed().as_secs_f64();
-        let skipped = stats.as_ref().map_or(1, |s| s.skipped.min(1));
-        if let Some(reason) = stats
-            .as_ref()
-            .and_then(|s| s.skip_reason.clone())
-            .or_else(|| {
-                rollouts
-                    .rows
-                    .is_empty()
-                    .then(|| "no group with reward spread".to_string())
-            })
-        {
-            eprintln!("warning: step {step}: update skipped: {reason}");
-        }
-        self.record(
-            &mut row,
-            &rollouts,
-            stats.as_ref(),
-            lr,
-            skipped,
-            generate_s,
-            train_s,
-        );
-        self.last_samples = rollouts
-            .rows
-            .iter()
-            .take(2)
-            .map(|r| (r.prompt.clone(), r.completion.clone(), r.reward))
-            .collect();
-        Ok(row)
+        Ok((state, sampler))
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn record(
-        &self,
-        row: &mut MetricRow,
-        r: &Rollouts,
-        stats: Option<&super::update::UpdateStats>,
+    /// The held-out evaluation before the first step, logged as step 0.
+    fn opening_eval(&self, logger: &mut MetricsLogger) -> Result<EvalResult> {
+        let r = self.evaluate()?;
+        let mut row = MetricRow::new(0);
+        push_eval(&mut row, &r);
+        logger.log(&row)?;
+        logger.println(format!(
+            "step 0: held-out greedy accuracy {:.1}% ({} examples)",
+            100.0 * r.accuracy,
+            r.count
+        ));
+        Ok(r)
+    }
+
+    /// The recipe's step `step`, then its warnings through the logger (above the bar).
+    fn recipe_step(
+        &mut self,
+        step: u64,
         lr: f64,
-        skipped: usize,
-        generate_s: f64,
-        train_s: f64,
-    ) {
-        let mean = |v: &[f64]| {
-            if v.is_empty() {
-                f64::NAN
-            } else {
-                v.iter().sum::<f64>() / v.len() as f64
-            }
-        };
-        let std = |v: &[f64]| {
-            let m = mean(v);
-            if v.len() < 2 {
-                0.0
-            } else {
-                (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
-            }
-        };
-        let lengths: Vec<f64> = r
-            .rows
-            .iter()
-            .map(|x| x.completion_ids.len() as f64)
-            .collect();
-        let truncated = r
-            .rows
-            .iter()
-            .filter(|x| x.finish_reason == FinishReason::Length)
-            .count();
-        row.push(keys::REWARD_MEAN, mean(&r.all_rewards));
-        row.push(keys::REWARD_STD, std(&r.all_rewards));
-        for (i, name) in self.rewards.names().iter().enumerate() {
-            let v: Vec<f64> = r.rows.iter().map(|x| x.rewards_per_fn[i]).collect();
-            row.push(keys::reward_fn_mean(name), mean(&v));
+        sampler: &mut EpochSampler,
+        logger: &MetricsLogger,
+    ) -> Result<MetricRow> {
+        // The step borrows the trainer: the recipe steps out of it meanwhile.
+        let mut recipe = std::mem::replace(&mut self.recipe, Box::new(Stepping));
+        let row = recipe.step(self, step, lr, sampler);
+        self.recipe = recipe;
+        for w in self.warnings.drain(..) {
+            logger.warn(format!("warning: {w}"));
         }
-        row.push(keys::ACCURACY, mean(&r.all_correct));
-        row.push(keys::COMPLETION_LENGTH_MEAN, mean(&lengths));
-        row.push(
-            keys::COMPLETION_LENGTH_MAX,
-            lengths.iter().copied().fold(0.0, f64::max),
-        );
-        row.push(
-            keys::TRUNCATED_FRAC,
-            if r.rows.is_empty() {
-                0.0
-            } else {
-                truncated as f64 / r.rows.len() as f64
-            },
-        );
-        row.push(
-            keys::ZERO_STD_GROUPS_FRAC,
-            if r.groups_generated == 0 {
-                0.0
-            } else {
-                r.zero_std_groups as f64 / r.groups_generated as f64
-            },
-        );
-        row.push(keys::DROPPED_GROUPS, r.dropped_groups as f64);
-        row.push(keys::GENERATION_ROUNDS, r.rounds as f64);
-        let s = stats.cloned().unwrap_or_default();
-        let or_nan = |present: bool, v: f64| if present { v } else { f64::NAN };
-        let has = stats.is_some();
-        row.push(keys::KL, if has { s.kl } else { f64::NAN });
-        row.push(keys::ENTROPY, or_nan(has, s.entropy));
-        row.push(keys::CLIP_FRAC_LOW, or_nan(has, s.clip_frac_low));
-        row.push(keys::CLIP_FRAC_HIGH, or_nan(has, s.clip_frac_high));
-        row.push(keys::CLIP_FRAC_TOTAL, or_nan(has, s.clip_frac));
-        row.push(keys::PPO_KL, or_nan(has, s.ppo_kl));
-        row.push(keys::LOSS, or_nan(has, s.loss));
-        row.push(keys::GRAD_NORM, or_nan(has, s.grad_norm));
-        row.push(keys::LR, lr);
-        row.push(keys::SKIPPED_STEP, skipped as f64);
-        let step_s = generate_s + train_s;
-        row.push(keys::TIME_STEP_S, step_s);
-        row.push(keys::TIME_GENERATE_S, generate_s);
-        row.push(keys::TIME_TRAIN_S, train_s);
-        row.push(
-            keys::THROUGHPUT_COMPLETIONS_PER_S,
-            r.all_rewards.len() as f64 / step_s.max(1e-9),
-        );
-        row.push(
-            keys::THROUGHPUT_TOKENS_PER_S,
-            r.generated_tokens as f64 / step_s.max(1e-9),
-        );
+        row
+    }
+
+    /// Whether the time budget is spent after `step` (said on the progress output when steps
+    /// remain).
+    fn out_of_time(
+        &self,
+        started: &Instant,
+        step: u64,
+        total: usize,
+        logger: &MetricsLogger,
+    ) -> bool {
+        let budget = self.args.time_budget_s;
+        let out = budget > 0.0 && started.elapsed().as_secs_f64() >= budget;
+        if out && (step as usize) < total {
+            logger.println(format!(
+                "time budget of {budget} s reached after step {step}"
+            ));
+        }
+        out
     }
 
     /// Greedy held-out accuracy of the current policy.
@@ -572,9 +371,7 @@ impl Trainer {
             self.args.max_completion_length,
             self.args.workers,
         )?;
-        if self.args.recipe == crate::config::Recipe::Sft {
-            r.loss = Some(self.sft_eval_loss()?);
-        }
+        r.loss = self.recipe.eval_loss(self)?;
         Ok(r)
     }
 
@@ -613,9 +410,86 @@ impl Trainer {
     }
 }
 
-/// Test hook for the resume tests: `ATOMRL_TEST_KILL_AFTER_STEP=N` sends this process a real
-/// SIGKILL right after step `N` is logged (and saved, if it is a save step), exactly like an
-/// operator's `kill -9`.
+/// The learning-rate schedule of a run: warmup, decay over the steps, or over the time budget
+/// with `lr_schedule_on_budget`.
+struct Schedule {
+    warmup: usize,
+    total: usize,
+    start_step: usize,
+    /// The schedule's clock starts with the first step: the budget left after the opening
+    /// evaluation is what the steps share, and a machine fast enough for them stays on the
+    /// step schedule from the start.
+    steps_started: Instant,
+    /// Seconds left for the steps (0: no budget, the schedule stays on the steps).
+    steps_budget: f64,
+}
+
+impl Schedule {
+    fn start(args: &GRPOArgs, total: usize, start_step: usize, run_started: &Instant) -> Self {
+        Self {
+            warmup: warmup_steps(args.warmup_steps, args.warmup_ratio, total),
+            total,
+            start_step,
+            steps_started: Instant::now(),
+            steps_budget: if args.time_budget_s > 0.0 {
+                (args.time_budget_s - run_started.elapsed().as_secs_f64()).max(1e-3)
+            } else {
+                0.0
+            },
+        }
+    }
+
+    /// The learning rate of the step after `done` completed steps.
+    fn lr(&self, args: &GRPOArgs, done: usize) -> f64 {
+        let schedule_step = if args.lr_schedule_on_budget {
+            budget_schedule_step(
+                done,
+                self.start_step,
+                self.total,
+                self.warmup,
+                self.steps_started.elapsed().as_secs_f64(),
+                self.steps_budget,
+            )
+        } else {
+            done
+        };
+        learning_rate(
+            args.lr_scheduler,
+            args.lr,
+            self.warmup,
+            self.total,
+            args.min_lr_ratio,
+            schedule_step,
+        )
+    }
+}
+
+/// The reference model: a deep copy of `model`'s base weights in new storage (later updates
+/// of the policy do not reach it), with the same master and compute dtypes, so the KL at step
+/// 1 is exactly 0 — whether the policy was loaded from disk or built or changed in memory.
+/// With LoRA the copy has no adapter: the reference is the base model, what TRL's reference
+/// is (the policy with its adapter disabled).
+fn frozen_copy(model: &CausalLm) -> Result<CausalLm> {
+    let tensors = model
+        .named_vars()
+        .into_iter()
+        .map(|(name, var)| var.as_tensor().copy().map(|t| (name, t)))
+        .collect::<candle_core::Result<std::collections::HashMap<_, _>>>()
+        .ctx("reference")?;
+    let mut reference = CausalLm::from_tensors(
+        model.config().clone(),
+        tensors,
+        model.dtype(),
+        model.device(),
+    )?;
+    reference.set_compute_dtype(model.compute_dtype())?;
+    Ok(reference)
+}
+
+/// Test hook for the resume tests (feature `test-hooks` only): `ATOMRL_TEST_KILL_AFTER_STEP=N`
+/// sends this process a real SIGKILL right after step `N` is logged (and saved, if it is a
+/// save step), exactly like an operator's `kill -9`.
+#[cfg(feature = "test-hooks")]
 fn kill_if_asked(step: u64) {
     let asked = std::env::var("ATOMRL_TEST_KILL_AFTER_STEP")
         .ok()
@@ -628,10 +502,13 @@ fn kill_if_asked(step: u64) {
     }
 }
 
-/// The sampling seed of generation round `round` of step `step`: derived, not stored, so a
-/// resumed run samples exactly what the uninterrupted run would have.
-fn sampling_seed(seed: u64, step: u64, round: u64) -> u64 {
-    SplitMix64::derive(seed, step.wrapping_mul(1_000_003).wrapping_add(round)).next_u64()
+/// Without the `test-hooks` feature the environment is not read.
+#[cfg(not(feature = "test-hooks"))]
+fn kill_if_asked(_step: u64) {}
+
+/// Whether `step` is one of every `n`th (never when `n` is 0).
+fn every(n: usize, step: u64) -> bool {
+    n > 0 && step as usize % n == 0
 }
 
 fn push_eval(row: &mut MetricRow, r: &EvalResult) {

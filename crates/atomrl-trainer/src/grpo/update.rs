@@ -9,7 +9,7 @@ use atomrl_loss::{
 use atomrl_model::CausalLm;
 use candle_core::{Tensor, Var};
 
-use super::accumulate::{accumulate_and_step, StepSettings};
+use super::accumulate::{accumulate_and_step_hooked, zero_gradient_step, StepSettings};
 use super::batch::TrainingBatch;
 use crate::config::GRPOArgs;
 use crate::optim::AdamW;
@@ -52,6 +52,20 @@ struct MicroStats {
 }
 
 impl MicroStats {
+    /// Writes the token-weighted means into `stats` (the KL only when a reference was used).
+    fn write_means(self, stats: &mut UpdateStats, with_kl: bool) {
+        if self.weight > 0.0 {
+            stats.clip_frac = self.clip / self.weight;
+            stats.clip_frac_low = self.low / self.weight;
+            stats.clip_frac_high = self.high / self.weight;
+            stats.ppo_kl = self.ppo_kl / self.weight;
+            stats.entropy = self.entropy / self.weight;
+            if with_kl {
+                stats.kl = self.kl / self.weight;
+            }
+        }
+    }
+
     fn add(self, o: Self) -> Self {
         Self {
             clip: self.clip + o.clip,
@@ -143,12 +157,22 @@ fn detached_log_probs(
     Tensor::cat(&parts, 0).ctx("update")
 }
 
-/// Runs `num_iterations` optimizer updates on `batch` at learning rate `lr`; with
-/// `inject_nan` the loss is made NaN (a test hook for the guard).
+/// Runs `num_iterations` optimizer updates on `batch` at learning rate `lr`.
 ///
 /// # Errors
 /// Tensor or shape failures (a non-finite loss is not an error: the step is skipped).
 pub fn policy_update(
+    ctx: &UpdateContext<'_>,
+    optimizer: &mut AdamW,
+    batch: &TrainingBatch,
+    lr: f64,
+) -> Result<UpdateStats> {
+    policy_update_hooked(ctx, optimizer, batch, lr, false)
+}
+
+/// [`policy_update`], with the loss made NaN when `inject_nan` (the trainer's test hook for the
+/// guard, feature `test-hooks`).
+pub(crate) fn policy_update_hooked(
     ctx: &UpdateContext<'_>,
     optimizer: &mut AdamW,
     batch: &TrainingBatch,
@@ -168,129 +192,180 @@ pub fn policy_update(
         stats.skip_reason = Some("no completion token counts in the loss".into());
         return Ok(stats);
     }
-    // The global normaliser: every micro-batch divides by the whole batch's tokens / rows, so
-    // the micro-batch losses add up to the full-batch loss (TRL issue #3021).
-    let agg = AggOptions {
-        mode: a.loss_agg,
-        max_len: Some(a.max_completion_length),
-        global_tokens: Some(total_tokens),
-        global_seqs: Some(rows as f64),
-    };
-    let opts = PolicyLossOptions {
-        clip_low: a.clip_low,
-        clip_high: a.clip_high,
-        clip_ratio_c: a.clip_ratio_c,
-        ratio_level: a.ratio_level,
-        agg,
-    };
-    let estimator = a.kl_estimator;
+    let opts = loss_options(a, total_tokens, rows);
     // With no KL and no entropy term, a row whose advantage is exactly 0 has a per-token loss of
     // exactly 0 and no gradient: skipping its forward and backward changes nothing (its tokens
     // stay in the global normaliser above) and saves the compute of every flat group.
-    let skipped_rows;
+    let kept_rows;
     let batch = if a.beta == 0.0 && a.entropy_coef == 0.0 {
-        let adv: Vec<f32> = batch.advantages.to_vec1().ctx(func)?;
-        let keep: Vec<u32> = (0..rows as u32)
-            .filter(|&i| adv[i as usize] != 0.0)
-            .collect();
-        if keep.is_empty() {
-            return Ok(stats); // every group is flat: nothing to learn this step
-        }
-        skipped_rows = batch.select(&keep)?.compact()?;
-        &skipped_rows
+        let Some(kept) = rows_with_advantage(batch)? else {
+            // Every group is flat: the loss and its gradient are exactly 0. Like TRL and verl,
+            // the optimizer still steps (zero gradient: the moments decay, weight decay
+            // applies, the step count advances), once per iteration.
+            for _ in 0..a.num_iterations {
+                zero_gradient_step(optimizer, lr)?;
+            }
+            return Ok(stats);
+        };
+        kept_rows = kept;
+        &kept_rows
     } else {
         batch
     };
-    let micro = batch
-        .num_rows()
-        .div_ceil(a.gradient_accumulation_steps.max(1))
-        .max(1);
-    let old = if a.num_iterations > 1 {
-        Some(detached_log_probs(ctx.model, batch, micro, a.temperature)?)
-    } else {
-        None
-    };
-    let reference = match ctx.reference {
-        Some(r) if a.beta > 0.0 => Some(detached_log_probs(r, batch, micro, a.temperature)?),
-        _ => None,
-    };
+    let loss = MicroLoss::new(ctx, batch, &opts)?;
     let settings = StepSettings {
         accumulation: a.gradient_accumulation_steps,
         workers: a.workers,
         max_grad_norm: a.max_grad_norm,
         lr,
-        inject_nan,
     };
     for _ in 0..a.num_iterations {
-        let (outcome, parts) =
-            accumulate_and_step(ctx.params, optimizer, batch, settings, |mb, first| {
-                let len = mb.num_rows();
-                let tokens = scalar(&mb.completion_mask.sum_all().ctx(func)?)?;
-                let out = batch_log_probs(ctx.model, mb, a.temperature, true)?;
-                let lp = out.log_probs;
-                let lp_sum = scalar(
-                    &lp.detach()
-                        .broadcast_mul(&mb.completion_mask)
-                        .and_then(|x| x.sum_all())
-                        .ctx(func)?,
-                )?;
-                if !lp_sum.is_finite() {
-                    return Ok(None);
-                }
-                let old_mb = match &old {
-                    Some(o) => o.narrow(0, first, len).ctx(func)?,
-                    None => lp.detach(),
-                };
-                let pl =
-                    compute_policy_loss(&lp, &old_mb, &mb.advantages, &mb.completion_mask, &opts)?;
-                let mut loss = pl.loss.clone();
-                let mut m = MicroStats {
-                    clip: pl.clip_frac * tokens,
-                    low: pl.clip_frac_low * tokens,
-                    high: pl.clip_frac_high * tokens,
-                    ppo_kl: pl.ppo_kl * tokens,
-                    weight: tokens,
-                    ..Default::default()
-                };
-                if let Some(r) = &reference {
-                    let k = compute_kl_penalty(
-                        &lp,
-                        &r.narrow(0, first, len).ctx(func)?,
-                        &mb.completion_mask,
-                        estimator,
-                    )?;
-                    let term = aggregate_loss(&k.kl, &mb.completion_mask, &agg)?;
-                    loss = (loss + (term * a.beta).ctx(func)?).ctx(func)?;
-                    m.kl = masked_mean(&k.kl, &mb.completion_mask)? * tokens;
-                }
-                if let Some(entropy) = &out.entropy {
-                    if a.entropy_coef > 0.0 {
-                        let term = aggregate_loss(entropy, &mb.completion_mask, &agg)?;
-                        loss = (loss - (term * a.entropy_coef).ctx(func)?).ctx(func)?;
-                    }
-                    m.entropy = masked_mean(entropy, &mb.completion_mask)? * tokens;
-                }
-                Ok(Some((loss, m)))
-            })?;
+        let (outcome, parts) = accumulate_and_step_hooked(
+            ctx.params,
+            optimizer,
+            batch,
+            settings,
+            inject_nan,
+            |mb, first| loss.of(mb, first),
+        )?;
         let m = parts
             .into_iter()
             .fold(MicroStats::default(), MicroStats::add);
         stats.loss = outcome.loss;
         stats.grad_norm = outcome.grad_norm;
-        if m.weight > 0.0 {
-            stats.clip_frac = m.clip / m.weight;
-            stats.clip_frac_low = m.low / m.weight;
-            stats.clip_frac_high = m.high / m.weight;
-            stats.ppo_kl = m.ppo_kl / m.weight;
-            stats.entropy = m.entropy / m.weight;
-            if reference.is_some() {
-                stats.kl = m.kl / m.weight;
-            }
-        }
+        m.write_means(&mut stats, loss.reference.is_some());
         if let Some(reason) = outcome.skipped {
             stats.skipped += 1;
             stats.skip_reason = Some(reason);
         }
     }
     Ok(stats)
+}
+
+/// The policy-loss options of `a`, with the global normaliser: every micro-batch divides by the
+/// whole batch's tokens / rows, so the micro-batch losses add up to the full-batch loss (TRL
+/// issue #3021).
+fn loss_options(a: &GRPOArgs, total_tokens: f64, rows: usize) -> PolicyLossOptions {
+    PolicyLossOptions {
+        clip_low: a.clip_low,
+        clip_high: a.clip_high,
+        clip_ratio_c: a.clip_ratio_c,
+        ratio_level: a.ratio_level,
+        agg: AggOptions {
+            mode: a.loss_agg,
+            max_len: Some(a.max_completion_length),
+            global_tokens: Some(total_tokens),
+            global_seqs: Some(rows as f64),
+        },
+    }
+}
+
+/// The rows of `batch` whose advantage is not 0, or `None` when every row's is.
+fn rows_with_advantage(batch: &TrainingBatch) -> Result<Option<TrainingBatch>> {
+    let adv: Vec<f32> = batch.advantages.to_vec1().ctx("update")?;
+    let keep: Vec<u32> = (0..adv.len() as u32)
+        .filter(|&i| adv[i as usize] != 0.0)
+        .collect();
+    if keep.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(batch.select(&keep)?.compact()?))
+}
+
+/// The loss of one micro-batch: the clipped policy loss, `+ β·KL` to the reference, `−` the
+/// entropy bonus, each aggregated with the whole batch's normaliser.
+struct MicroLoss<'a> {
+    model: &'a CausalLm,
+    args: &'a GRPOArgs,
+    opts: &'a PolicyLossOptions,
+    /// Log-probs of the policy before the update (`num_iterations > 1`), all rows.
+    old: Option<Tensor>,
+    /// Log-probs of the reference model (β > 0), all rows.
+    reference: Option<Tensor>,
+}
+
+impl<'a> MicroLoss<'a> {
+    /// The loss of `ctx` on `batch`, with the old policy's log-probs (`num_iterations > 1`)
+    /// and the reference's (β > 0) computed first, without a graph.
+    fn new(
+        ctx: &UpdateContext<'a>,
+        batch: &TrainingBatch,
+        opts: &'a PolicyLossOptions,
+    ) -> Result<Self> {
+        let a = ctx.args;
+        let micro = batch
+            .num_rows()
+            .div_ceil(a.gradient_accumulation_steps.max(1))
+            .max(1);
+        Ok(Self {
+            model: ctx.model,
+            args: a,
+            opts,
+            old: if a.num_iterations > 1 {
+                Some(detached_log_probs(ctx.model, batch, micro, a.temperature)?)
+            } else {
+                None
+            },
+            reference: match ctx.reference {
+                Some(r) if a.beta > 0.0 => {
+                    Some(detached_log_probs(r, batch, micro, a.temperature)?)
+                }
+                _ => None,
+            },
+        })
+    }
+
+    /// The loss of micro-batch `mb` (rows `first..` of the batch) and its token-weighted
+    /// statistics; `None` when its log-probs are not finite.
+    fn of(&self, mb: &TrainingBatch, first: usize) -> Result<Option<(Tensor, MicroStats)>> {
+        let func = "update";
+        let a = self.args;
+        let agg = &self.opts.agg;
+        let len = mb.num_rows();
+        let tokens = scalar(&mb.completion_mask.sum_all().ctx(func)?)?;
+        let out = batch_log_probs(self.model, mb, a.temperature, true)?;
+        let lp = out.log_probs;
+        let lp_sum = scalar(
+            &lp.detach()
+                .broadcast_mul(&mb.completion_mask)
+                .and_then(|x| x.sum_all())
+                .ctx(func)?,
+        )?;
+        if !lp_sum.is_finite() {
+            return Ok(None);
+        }
+        let old_mb = match &self.old {
+            Some(o) => o.narrow(0, first, len).ctx(func)?,
+            None => lp.detach(),
+        };
+        let pl = compute_policy_loss(&lp, &old_mb, &mb.advantages, &mb.completion_mask, self.opts)?;
+        let mut loss = pl.loss.clone();
+        let mut m = MicroStats {
+            clip: pl.clip_frac * tokens,
+            low: pl.clip_frac_low * tokens,
+            high: pl.clip_frac_high * tokens,
+            ppo_kl: pl.ppo_kl * tokens,
+            weight: tokens,
+            ..Default::default()
+        };
+        if let Some(r) = &self.reference {
+            let k = compute_kl_penalty(
+                &lp,
+                &r.narrow(0, first, len).ctx(func)?,
+                &mb.completion_mask,
+                a.kl_estimator,
+            )?;
+            let term = aggregate_loss(&k.kl, &mb.completion_mask, agg)?;
+            loss = (loss + (term * a.beta).ctx(func)?).ctx(func)?;
+            m.kl = masked_mean(&k.kl, &mb.completion_mask)? * tokens;
+        }
+        if let Some(entropy) = &out.entropy {
+            if a.entropy_coef > 0.0 {
+                let term = aggregate_loss(entropy, &mb.completion_mask, agg)?;
+                loss = (loss - (term * a.entropy_coef).ctx(func)?).ctx(func)?;
+            }
+            m.entropy = masked_mean(entropy, &mb.completion_mask)? * tokens;
+        }
+        Ok(Some((loss, m)))
+    }
 }
