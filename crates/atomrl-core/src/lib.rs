@@ -5,7 +5,8 @@
 //! - [`shape`]: checks run before computing (rank, dims, finiteness, 0/1 masks).
 //! - [`registry`]: how a crate describes its functions ([`FnSpec`]) and runs them on named
 //!   [`Inputs`] for the `atomrl-fn` command-line tool.
-//! - [`stage`]: the data-flow stage types of a training step.
+//! - [`stage`]: [`RewardBatch`], the rewards that pass from the reward functions to the
+//!   advantages.
 //! - [`ChatMessage`] (one message of a conversation) and [`hub_cache_dir`] (the Hugging Face
 //!   hub cache folder), shared by data and model loading.
 //!
@@ -29,5 +30,5 @@ pub use chat::ChatMessage;
 pub use error::{CandleContext, Error, Result};
 pub use hub::hub_cache_dir;
 pub use registry::{check_example, ArgKind, ArgSpec, AtomicFn, FnSpec, OutputSpec};
-pub use stage::{RewardBatch, Sample};
+pub use stage::RewardBatch;
 pub use value::{Inputs, OutputValue, Outputs};

@@ -1,22 +1,8 @@
-//! The stage types of a training step's data flow (see `docs/architecture.md`).
-//!
-//! ```text
-//! Sample -> PromptBatch -> RolloutBatch -> RewardBatch -> AdvantageBatch -> TrainingBatch
-//! ```
-//! Types are added here as the crates that produce them land; the atomic crates return their
-//! own named output structs, which the trainer assembles into these.
+//! The one data-flow type shared across crates: [`RewardBatch`], what the reward functions
+//! (`atomrl-reward`) hand to the advantage estimators. The other atomic crates return their
+//! own named output structs, which the trainer assembles (see `docs/architecture.md`).
 
 use candle_core::Tensor;
-use serde::{Deserialize, Serialize};
-
-/// One training example: a prompt and the ground truth its completions are scored against.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Sample {
-    /// The prompt text (before any chat template).
-    pub prompt: String,
-    /// The reference answer (e.g. `"72"`).
-    pub ground_truth: String,
-}
 
 /// Rewards of one rollout batch: the weighted total and each function's share.
 ///
