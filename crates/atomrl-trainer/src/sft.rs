@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use atomrl_core::{CandleContext, Error, Result};
+use atomrl_core::{Error, Result};
 use atomrl_logprob::get_action_log_probs;
 use atomrl_loss::compute_sft_loss;
 use atomrl_model::CausalLm;
@@ -14,7 +14,7 @@ use atomrl_sample::ChatTokenizer;
 use crate::config::GRPOArgs;
 use crate::data::{EpochSampler, Example};
 use crate::grpo::accumulate::accumulate_and_step_hooked;
-use crate::grpo::{StepSettings, Trainer, TrainingBatch};
+use crate::grpo::{masked_sum, StepSettings, Trainer, TrainingBatch};
 use crate::logging::{keys, MetricRow};
 use crate::recipe::RecipeStep;
 
@@ -103,18 +103,8 @@ impl Trainer {
                 false,
             )?
             .log_probs;
-            let sum: f32 = lp
-                .broadcast_mul(&batch.completion_mask)
-                .and_then(|x| x.sum_all())
-                .and_then(|x| x.to_scalar())
-                .ctx(func)?;
-            let count: f32 = batch
-                .completion_mask
-                .sum_all()
-                .and_then(|x| x.to_scalar())
-                .ctx(func)?;
-            nll -= sum as f64;
-            tokens += count as f64;
+            nll -= masked_sum(&lp, &batch.completion_mask, func)?;
+            tokens += batch.completion_tokens(func)?;
         }
         Ok(if tokens > 0.0 { nll / tokens } else { f64::NAN })
     }
@@ -141,11 +131,7 @@ impl RecipeStep for SftStep {
             .map(|i| &t.train_set[i])
             .collect();
         let batch = t.sft_batch(&picked)?;
-        let total_tokens: f32 = batch
-            .completion_mask
-            .sum_all()
-            .and_then(|t| t.to_scalar())
-            .ctx(func)?;
+        let total_tokens = batch.completion_tokens(func)?;
         let settings = StepSettings {
             accumulation: t.args.gradient_accumulation_steps,
             workers: t.args.workers,
@@ -160,7 +146,7 @@ impl RecipeStep for SftStep {
             &batch,
             settings,
             inject_nan,
-            |mb, _| micro_loss(model, mb, total_tokens as f64),
+            |mb, _| micro_loss(model, mb, total_tokens),
         )?;
         if let Some(reason) = &outcome.skipped {
             t.warn(format!("step {step}: update skipped: {reason}"));
@@ -170,8 +156,8 @@ impl RecipeStep for SftStep {
         row.push(keys::LOSS, outcome.loss);
         row.push(keys::GRAD_NORM, outcome.grad_norm);
         row.push(keys::LR, lr);
-        row.push(keys::TOKENS_PER_S, total_tokens as f64 / seconds.max(1e-9));
-        row.push(keys::COMPLETION_TOKENS, total_tokens as f64);
+        row.push(keys::TOKENS_PER_S, total_tokens / seconds.max(1e-9));
+        row.push(keys::COMPLETION_TOKENS, total_tokens);
         row.push(
             keys::SKIPPED_STEP,
             if outcome.skipped.is_some() { 1.0 } else { 0.0 },
@@ -202,12 +188,7 @@ fn micro_loss(
         false,
     )?
     .log_probs;
-    let finite: f32 = lp
-        .detach()
-        .broadcast_mul(&mb.completion_mask)
-        .and_then(|x| x.sum_all())
-        .and_then(|x| x.to_scalar())
-        .ctx("sft_step")?;
+    let finite = masked_sum(&lp, &mb.completion_mask, "sft_step")?;
     if !finite.is_finite() {
         return Ok(None);
     }

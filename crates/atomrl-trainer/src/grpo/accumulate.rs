@@ -82,11 +82,7 @@ pub(crate) fn accumulate_and_step_hooked<T: Send>(
         let results = run_shards(func, wave.len(), |i| {
             let range = &wave[i];
             let mb = batch.rows(range.start, range.len())?;
-            let tokens: f32 = mb
-                .completion_mask
-                .sum_all()
-                .and_then(|t| t.to_scalar())
-                .ctx(func)?;
+            let tokens = mb.completion_tokens(func)?;
             if tokens == 0.0 {
                 return Ok(Some(None));
             }

@@ -11,6 +11,7 @@ mod update;
 
 pub use accumulate::{accumulate_and_step, zero_gradient_step, StepOutcome, StepSettings};
 pub use batch::TrainingBatch;
+pub(crate) use batch::masked_sum;
 pub use eval::{evaluate, evaluate_sharded, EvalResult};
 pub use prompt::{EncodedPrompt, PromptEncoder};
 pub use rollout::{

@@ -10,7 +10,7 @@ use atomrl_model::CausalLm;
 use candle_core::{Tensor, Var};
 
 use super::accumulate::{accumulate_and_step_hooked, zero_gradient_step, StepSettings};
-use super::batch::TrainingBatch;
+use super::batch::{masked_sum, scalar_f64, TrainingBatch};
 use crate::config::GRPOArgs;
 use crate::optim::AdamW;
 
@@ -91,22 +91,12 @@ pub struct UpdateContext<'a> {
     pub args: &'a GRPOArgs,
 }
 
-fn scalar(t: &Tensor) -> Result<f64> {
-    t.to_dtype(candle_core::DType::F64)
-        .and_then(|x| x.to_scalar::<f64>())
-        .ctx("update")
-}
-
 fn masked_mean(values: &Tensor, mask: &Tensor) -> Result<f64> {
     let func = "update";
-    let num = values
-        .detach()
-        .broadcast_mul(mask)
-        .and_then(|x| x.sum_all())
-        .ctx(func)?;
-    let den = scalar(&mask.sum_all().ctx(func)?)?;
+    let num = masked_sum(values, mask, func)?;
+    let den = scalar_f64(&mask.sum_all().ctx(func)?, func)?;
     Ok(if den > 0.0 {
-        scalar(&num)? / den
+        num / den
     } else {
         f64::NAN
     })
@@ -182,7 +172,7 @@ pub(crate) fn policy_update_hooked(
     let func = "update";
     let a = ctx.args;
     let rows = batch.num_rows();
-    let total_tokens = scalar(&batch.completion_mask.sum_all().ctx(func)?)?;
+    let total_tokens = batch.completion_tokens(func)?;
     let mut stats = UpdateStats {
         kl: f64::NAN,
         ..Default::default()
@@ -322,15 +312,10 @@ impl<'a> MicroLoss<'a> {
         let a = self.args;
         let agg = &self.opts.agg;
         let len = mb.num_rows();
-        let tokens = scalar(&mb.completion_mask.sum_all().ctx(func)?)?;
+        let tokens = mb.completion_tokens(func)?;
         let out = batch_log_probs(self.model, mb, a.temperature, true)?;
         let lp = out.log_probs;
-        let lp_sum = scalar(
-            &lp.detach()
-                .broadcast_mul(&mb.completion_mask)
-                .and_then(|x| x.sum_all())
-                .ctx(func)?,
-        )?;
+        let lp_sum = masked_sum(&lp, &mb.completion_mask, func)?;
         if !lp_sum.is_finite() {
             return Ok(None);
         }
