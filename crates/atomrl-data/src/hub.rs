@@ -130,7 +130,7 @@ pub fn resolve_hub_dataset_shards(
             ),
         ));
     }
-    let snapshot = snapshot_dir(&repo, repo_id)?;
+    let snapshot = atomrl_core::hub::snapshot_dir(&repo, repo_id, "main")?;
     let mut dirs: Vec<PathBuf> = Vec::new();
     if let Some(c) = config {
         dirs.push(snapshot.join(c));
@@ -167,44 +167,6 @@ pub fn resolve_hub_dataset_shards(
             looked.join(", ")
         ),
     ))
-}
-
-/// The snapshot named by `refs/main`, or the only snapshot.
-fn snapshot_dir(repo: &Path, repo_id: &str) -> Result<PathBuf> {
-    let ref_file = repo.join("refs").join("main");
-    if ref_file.is_file() {
-        let commit = std::fs::read_to_string(&ref_file)
-            .map_err(|e| Error::file(ref_file.display(), e))?
-            .trim()
-            .to_string();
-        let snap = repo.join("snapshots").join(&commit);
-        if !snap.is_dir() || commit.is_empty() {
-            return Err(Error::file(
-                snap.display(),
-                format!("`refs/main` of `{repo_id}` names revision `{commit}`, which is not in the cache"),
-            ));
-        }
-        return Ok(snap);
-    }
-    let snaps_dir = repo.join("snapshots");
-    let mut snaps: Vec<PathBuf> = match std::fs::read_dir(&snaps_dir) {
-        Ok(entries) => entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.is_dir())
-            .collect(),
-        Err(_) => Vec::new(),
-    };
-    match snaps.len() {
-        1 => Ok(snaps.remove(0)),
-        0 => Err(Error::file(
-            snaps_dir.display(),
-            format!("no snapshot of `{repo_id}` in the cache"),
-        )),
-        n => Err(Error::file(
-            ref_file.display(),
-            format!("{n} snapshots of `{repo_id}` and no `refs/main` to choose one"),
-        )),
-    }
 }
 
 /// `{split}-*.parquet` and `{split}.parquet` files in `dir`, sorted; empty when `dir` is absent.

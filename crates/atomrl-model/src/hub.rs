@@ -38,23 +38,7 @@ pub fn resolve_hub_snapshot(cache_dir: &Path, repo_id: &str, revision: &str) -> 
             format!("`{repo_id}` is not in the hub cache"),
         ));
     }
-    let ref_file = repo.join("refs").join(revision);
-    let commit = if ref_file.is_file() {
-        std::fs::read_to_string(&ref_file)
-            .map_err(|e| Error::file(ref_file.display(), e))?
-            .trim()
-            .to_string()
-    } else {
-        revision.to_string()
-    };
-    let snap = repo.join("snapshots").join(&commit);
-    if !snap.is_dir() {
-        return Err(Error::file(
-            snap.display(),
-            format!("no snapshot of `{repo_id}` at revision `{revision}`"),
-        ));
-    }
-    Ok(snap)
+    atomrl_core::hub::snapshot_dir(&repo, repo_id, revision)
 }
 
 #[cfg(feature = "hub")]
