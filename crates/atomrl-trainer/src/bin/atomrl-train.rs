@@ -41,12 +41,7 @@ struct Cli {
 }
 
 fn parse_recipe(s: &str) -> Result<Recipe, String> {
-    match s {
-        "grpo" => Ok(Recipe::Grpo),
-        "dapo" => Ok(Recipe::Dapo),
-        "sft" => Ok(Recipe::Sft),
-        other => Err(format!("unknown recipe `{other}` (grpo, dapo, sft)")),
-    }
+    s.parse().map_err(|e: atomrl_core::Error| e.to_string())
 }
 
 fn main() -> ExitCode {

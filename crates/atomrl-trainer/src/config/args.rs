@@ -21,6 +21,44 @@ pub enum Recipe {
     Sft,
 }
 
+impl Recipe {
+    /// The names, as written in a configuration or on the command line.
+    pub const NAMES: [&'static str; 3] = ["grpo", "dapo", "sft"];
+
+    /// The name of this recipe.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Grpo => "grpo",
+            Self::Dapo => "dapo",
+            Self::Sft => "sft",
+        }
+    }
+}
+
+impl std::fmt::Display for Recipe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// ```
+/// use atomrl_trainer::config::Recipe;
+/// assert_eq!("dapo".parse::<Recipe>()?, Recipe::Dapo);
+/// assert!("ppo".parse::<Recipe>().unwrap_err().to_string().contains("recipe"));
+/// # Ok::<(), atomrl_core::Error>(())
+/// ```
+impl std::str::FromStr for Recipe {
+    type Err = atomrl_core::Error;
+
+    fn from_str(s: &str) -> atomrl_core::Result<Self> {
+        Self::NAMES
+            .iter()
+            .zip([Self::Grpo, Self::Dapo, Self::Sft])
+            .find_map(|(n, r)| (*n == s).then_some(r))
+            .ok_or_else(|| atomrl_core::Error::unknown_choice("config", "recipe", &Self::NAMES, s))
+    }
+}
+
 /// One reward function of the weighted total (`[[rewards]]` in the TOML file).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

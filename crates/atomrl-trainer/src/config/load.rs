@@ -42,9 +42,15 @@ pub fn load_args(
     let recipe = match recipe {
         Some(r) => r,
         None => match table.get("recipe") {
-            Some(v) => v.clone().try_into::<Recipe>().map_err(|_| {
-                Error::unknown_choice(FUNC, "recipe", &["grpo", "dapo", "sft"], &v.to_string())
-            })?,
+            Some(toml::Value::String(s)) => s.parse::<Recipe>()?,
+            Some(v) => {
+                return Err(Error::unknown_choice(
+                    FUNC,
+                    "recipe",
+                    &Recipe::NAMES,
+                    &v.to_string(),
+                ))
+            }
             None => Recipe::Grpo,
         },
     };

@@ -10,8 +10,8 @@ mod trainer;
 mod update;
 
 pub use accumulate::{accumulate_and_step, zero_gradient_step, StepOutcome, StepSettings};
-pub use batch::TrainingBatch;
 pub(crate) use batch::masked_sum;
+pub use batch::TrainingBatch;
 pub use eval::{evaluate, evaluate_sharded, EvalResult};
 pub use prompt::{EncodedPrompt, PromptEncoder};
 pub use rollout::{

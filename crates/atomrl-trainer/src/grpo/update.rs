@@ -95,11 +95,7 @@ fn masked_mean(values: &Tensor, mask: &Tensor) -> Result<f64> {
     let func = "update";
     let num = masked_sum(values, mask, func)?;
     let den = scalar_f64(&mask.sum_all().ctx(func)?, func)?;
-    Ok(if den > 0.0 {
-        num / den
-    } else {
-        f64::NAN
-    })
+    Ok(if den > 0.0 { num / den } else { f64::NAN })
 }
 
 /// Log-probs (and entropies) of the completion tokens of `batch` under `model`: each prompt
