@@ -8,7 +8,7 @@ use atomrl_model::{CausalLm, LoraConfig};
 use atomrl_sample::ChatTokenizer;
 use candle_core::{DType, Device};
 
-use crate::config::GRPOArgs;
+use crate::config::{ComputeDtype, DeviceSpec, GRPOArgs};
 
 /// The device named by `device` (`cpu`, `cuda`, `cuda:N`).
 ///
@@ -22,39 +22,26 @@ use crate::config::GRPOArgs;
 /// # Ok::<(), atomrl_core::Error>(())
 /// ```
 pub fn select_device(device: &str) -> Result<Device> {
-    match device {
-        "cpu" => Ok(Device::Cpu),
-        d if d == "cuda" || d.starts_with("cuda:") => {
-            let ordinal = match d.strip_prefix("cuda:") {
-                Some(n) => n.parse::<usize>().map_err(|_| {
-                    Error::value("device", "device", "cuda:N with N a GPU index", d)
-                })?,
-                None => 0,
-            };
-            if !candle_core::utils::cuda_is_available() {
-                return Err(Error::value(
-                    "device",
-                    "device",
-                    "a device this binary supports (rebuild with `--features cuda` for CUDA)",
-                    d,
-                ));
-            }
-            Device::new_cuda(ordinal).map_err(|e| {
-                Error::value(
-                    "device",
-                    "device",
-                    "an available CUDA device",
-                    format!("{d}: {e}"),
-                )
-            })
-        }
-        other => Err(Error::value(
+    let ordinal = match device.parse::<DeviceSpec>()? {
+        DeviceSpec::Cpu => return Ok(Device::Cpu),
+        DeviceSpec::Cuda(n) => n.unwrap_or(0),
+    };
+    if !candle_core::utils::cuda_is_available() {
+        return Err(Error::value(
             "device",
             "device",
-            "cpu, cuda or cuda:N",
-            other,
-        )),
+            "a device this binary supports (rebuild with `--features cuda` for CUDA)",
+            device,
+        ));
     }
+    Device::new_cuda(ordinal).map_err(|e| {
+        Error::value(
+            "device",
+            "device",
+            "an available CUDA device",
+            format!("{device}: {e}"),
+        )
+    })
 }
 
 /// The dtype named by `dtype` (`f32`, `bf16`, `f16`).
@@ -62,17 +49,7 @@ pub fn select_device(device: &str) -> Result<Device> {
 /// # Errors
 /// [`Error::UnknownChoice`] for another name.
 pub fn select_dtype(dtype: &str) -> Result<DType> {
-    match dtype {
-        "f32" => Ok(DType::F32),
-        "bf16" => Ok(DType::BF16),
-        "f16" => Ok(DType::F16),
-        other => Err(Error::unknown_choice(
-            "config",
-            "dtype",
-            &["f32", "bf16", "f16"],
-            other,
-        )),
-    }
+    Ok(dtype.parse::<ComputeDtype>()?.dtype())
 }
 
 /// Keeps freed tensor buffers in the process instead of returning them to the OS.
