@@ -83,6 +83,6 @@ pub fn print_summary(s: &TrainSummary) {
     }
     if let Some(ckpt) = &s.checkpoint {
         println!("   checkpoint:  {}", ckpt.display());
-        println!("   try it:      cargo run --release -p atomrl-trainer --bin atomrl-infer -- --checkpoint {} \"What is 3+4?\"", ckpt.display());
+        println!("   try it:      cargo run --release -p atomrl-cli --bin atomrl-infer -- --checkpoint {} \"What is 3+4?\"", ckpt.display());
     }
 }

@@ -3,7 +3,6 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// The tiny random Qwen2 fixture (~107k parameters, ChatML template).
 pub fn model_dir() -> String {
@@ -36,18 +35,4 @@ pub fn temp_dir(name: &str) -> TempDir {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     TempDir(dir)
-}
-
-/// `atomrl-train` (one compute thread, as CI).
-pub fn train_bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_atomrl-train"));
-    c.env("RAYON_NUM_THREADS", "1");
-    c
-}
-
-/// `atomrl-infer` (one compute thread).
-pub fn infer_bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_atomrl-infer"));
-    c.env("RAYON_NUM_THREADS", "1");
-    c
 }

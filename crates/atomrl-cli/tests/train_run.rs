@@ -1,0 +1,125 @@
+//! `atomrl-train` end to end on the tiny random Qwen2 fixture: a run killed with SIGKILL
+//! resumes and writes the same rows as an uninterrupted one; configuration errors exit 2
+//! naming the key.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{model_dir, temp_dir, train_bin};
+use std::path::{Path, PathBuf};
+
+use atomrl_trainer::logging::read_metrics;
+
+fn write_dataset(dir: &Path) -> PathBuf {
+    let path = dir.join("train.jsonl");
+    let lines: Vec<String> = (0..24)
+        .map(|i| serde_json::json!({"prompt": format!("What is {} plus {}?", i % 7, i % 5), "ground_truth": format!("{}", i % 7 + i % 5)}).to_string())
+        .collect();
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    path
+}
+
+fn write_config(dir: &Path, max_steps: usize) -> PathBuf {
+    let data = write_dataset(dir);
+    let path = dir.join("run.toml");
+    let toml = format!(
+        "model = {:?}\ndataset = {:?}\noutput_dir = {:?}\nmax_steps = {max_steps}\nbatch_size = 2\nnum_generations = 4\n\
+         max_completion_length = 12\neval_size = 4\nlr = 1e-3\nsave_steps = 2\nprogress = false\n\
+         lr_scheduler = \"cosine\"\nwarmup_steps = 1\n[[rewards]]\nname = \"digit\"\n[[rewards]]\nname = \"overlong\"\noptions = {{ buffer_len = 12 }}\n",
+        model_dir(),
+        data.display().to_string(),
+        dir.join("run").display().to_string()
+    );
+    std::fs::write(&path, toml).unwrap();
+    path
+}
+
+/// Rows without the wall-clock metrics, which differ between runs.
+fn comparable(path: &Path) -> Vec<Vec<(String, String)>> {
+    read_metrics(path)
+        .unwrap()
+        .into_iter()
+        .map(|r| {
+            let mut v: Vec<(String, String)> = vec![("step".into(), r.step.to_string())];
+            v.extend(
+                r.values
+                    .into_iter()
+                    .filter(|(k, _)| !k.starts_with("time/") && !k.starts_with("throughput/"))
+                    .map(|(k, x)| (k, format!("{x:.9e}"))),
+            );
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn a_killed_run_resumes_and_writes_the_same_rows_as_an_uninterrupted_one() {
+    let straight = temp_dir("resume-straight");
+    let cfg = write_config(&straight, 6);
+    assert!(train_bin()
+        .args(["--config", cfg.to_str().unwrap()])
+        .status()
+        .unwrap()
+        .success());
+
+    let killed = temp_dir("resume-killed");
+    let cfg = write_config(&killed, 6);
+    // Killed with SIGKILL after step 3 was logged: the last checkpoint is step 2.
+    let status = train_bin()
+        .args(["--config", cfg.to_str().unwrap()])
+        .env("ATOMRL_TEST_KILL_AFTER_STEP", "3")
+        .status()
+        .unwrap();
+    assert!(!status.success());
+    assert!(killed.join("run/checkpoint-2").is_dir() && !killed.join("run/checkpoint-4").exists());
+    let out = train_bin()
+        .args(["--config", cfg.to_str().unwrap(), "--resume"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let (a, b) = (
+        comparable(&straight.join("run/metrics.jsonl")),
+        comparable(&killed.join("run/metrics.jsonl")),
+    );
+    assert_eq!(a.len(), 7);
+    // The rows compared carry a learning signal (so equal rows mean equal weights and state).
+    let learning = read_metrics(straight.join("run/metrics.jsonl"))
+        .unwrap()
+        .iter()
+        .filter(|r| r.get("grad_norm").is_some_and(|g| g > 0.0))
+        .count();
+    assert!(learning >= 4, "only {learning} steps had a gradient");
+    assert_eq!(
+        a, b,
+        "rows after resuming differ from the uninterrupted run"
+    );
+}
+
+#[test]
+fn config_errors_name_the_key() {
+    let dir = temp_dir("config-errors");
+    let cfg = write_config(&dir, 2);
+    for (set, needle) in [
+        ("lr=-1", "`lr`"),
+        ("num_generations=1", "`num_generations`"),
+        ("bogus=1", "bogus"),
+        ("kl_estimator=\"k9\"", "`kl_estimator`"),
+        ("lr=\"fast\"", "`lr`"),
+        ("dtype=\"f64\"", "`dtype`"),
+        ("batch_size=\"eight\"", "`batch_size`"),
+    ] {
+        let out = train_bin()
+            .args(["--config", cfg.to_str().unwrap(), "--set", set])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{set}: {err}");
+        assert!(err.contains(needle), "{set}: {err}");
+    }
+}
