@@ -96,8 +96,8 @@ fn quoted(key: &str, value: &str) -> String {
 /// fit the budget (~0.1 s a GRPO step, ~0.27 s a DAPO step on a 2-core machine, since the
 /// fused CPU kernels of docs/performance.md; the budget leaves room for a machine 1.6x
 /// slower) the run is the same on every machine, only faster; on a slower one it ends early,
-/// with the rate decayed. Measured: 14.4% -> 37.4% held-out greedy accuracy (+23.0 points) in
-/// 176 s; DAPO 14.4% -> 38.4% (+24.0) in 174 s. Tried and dropped (see
+/// with the rate decayed. Measured: 14.4% -> 39.6% held-out greedy accuracy (+25.2 points) in
+/// 147 s; DAPO 14.4% -> 38.4% (+24.0) in 160 s. Tried and dropped (see
 /// docs/recipes.md and `model/BUILD.md`): 4 or 2 prompts per step, lr 3e-4, G = 16,
 /// temperatures 0.5 / 0.7 / 1.3, entropy bonuses, 16 prompts per step, μ = 2 with
 /// clip-higher, the `steps` process reward.
