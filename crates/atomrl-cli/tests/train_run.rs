@@ -6,19 +6,10 @@
 
 mod common;
 
-use common::{model_dir, temp_dir, train_bin};
+use common::{model_dir, temp_dir, train_bin, write_dataset};
 use std::path::{Path, PathBuf};
 
 use atomrl_trainer::logging::read_metrics;
-
-fn write_dataset(dir: &Path) -> PathBuf {
-    let path = dir.join("train.jsonl");
-    let lines: Vec<String> = (0..24)
-        .map(|i| serde_json::json!({"prompt": format!("What is {} plus {}?", i % 7, i % 5), "ground_truth": format!("{}", i % 7 + i % 5)}).to_string())
-        .collect();
-    std::fs::write(&path, lines.join("\n")).unwrap();
-    path
-}
 
 fn write_config(dir: &Path, max_steps: usize) -> PathBuf {
     let data = write_dataset(dir);

@@ -1,13 +1,13 @@
 //! End-to-end runs of the GRPO / DAPO trainer on the tiny random Qwen2 fixture: metrics keys,
-//! TensorBoard events, charts, checkpoints; exact resume after a SIGKILL; the NaN guard;
+//! TensorBoard events, charts, checkpoints; exact resume; the NaN guard;
 //! gradient accumulation equal to one big batch; DAPO dynamic-sampling refill.
 
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
-use common::{model_dir, temp_dir};
-use std::path::{Path, PathBuf};
+use common::{model_dir, temp_dir, write_dataset};
+use std::path::Path;
 
 use atomrl_model::CausalLm;
 use atomrl_reward::{FnReward, WeightedRewards};
@@ -17,15 +17,6 @@ use atomrl_trainer::data::{Example, Prompt};
 use atomrl_trainer::logging::read_metrics;
 use atomrl_trainer::Trainer;
 use candle_core::{DType, Device};
-
-fn write_dataset(dir: &Path) -> PathBuf {
-    let path = dir.join("train.jsonl");
-    let lines: Vec<String> = (0..24)
-        .map(|i| serde_json::json!({"prompt": format!("What is {} plus {}?", i % 7, i % 5), "ground_truth": format!("{}", i % 7 + i % 5)}).to_string())
-        .collect();
-    std::fs::write(&path, lines.join("\n")).unwrap();
-    path
-}
 
 fn args(dir: &Path, extra: &[&str]) -> GRPOArgs {
     let data = write_dataset(dir);

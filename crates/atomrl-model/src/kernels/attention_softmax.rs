@@ -7,7 +7,7 @@ use std::sync::Arc;
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
 
-use super::{for_rows, slice, values, Real};
+use super::{for_rows, slice, with_elements, Real};
 
 /// Which keys a query may not see, as [`crate::input::AttentionBias`] describes them: keys
 /// after the query (`causal`, query `i` of the new block sees keys `0..=past + i`) and padded
@@ -103,17 +103,15 @@ impl CustomOp1 for AttentionSoftmax {
 
     fn bwd(&self, scores: &Tensor, res: &Tensor, g: &Tensor) -> Result<Option<Tensor>> {
         let s = scores.dim(3)?;
+        fn run<T: Real>(op: &AttentionSoftmax, p: &Tensor, g: &Tensor, s: usize) -> Result<Tensor> {
+            let dx = with_elements::<T, _>(p, |p| {
+                with_elements::<T, _>(g, |g| Ok(backward(p, g, s, op.scale)))
+            })?;
+            Tensor::from_vec(dx, p.shape(), p.device())
+        }
         let dx = match scores.dtype() {
-            DType::F32 => Tensor::from_vec(
-                backward(&values::<f32>(res)?, &values::<f32>(g)?, s, self.scale),
-                scores.shape(),
-                scores.device(),
-            )?,
-            DType::F64 => Tensor::from_vec(
-                backward(&values::<f64>(res)?, &values::<f64>(g)?, s, self.scale),
-                scores.shape(),
-                scores.device(),
-            )?,
+            DType::F32 => run::<f32>(self, res, g, s)?,
+            DType::F64 => run::<f64>(self, res, g, s)?,
             dt => candle_core::bail!("atomrl-attention-softmax: unsupported dtype {dt:?}"),
         };
         Ok(Some(dx))

@@ -53,13 +53,13 @@ fn slice<'a, T: Real>(s: &'a CpuStorage, layout: &Layout) -> Result<&'a [T]> {
     }
 }
 
-/// The elements of a contiguous CPU tensor, copied out (backward passes read their saved
-/// inputs this way; the copy is one pass, far less than the tensor-op backward's).
-fn values<T: Real>(t: &Tensor) -> Result<Vec<T>> {
+/// Runs `f` on the elements of a CPU tensor (made contiguous first if it is not), read in
+/// place: backward passes read their saved inputs this way instead of copying them out.
+fn with_elements<T: Real, R>(t: &Tensor, f: impl FnOnce(&[T]) -> Result<R>) -> Result<R> {
     let t = t.contiguous()?;
     let (storage, layout) = t.storage_and_layout();
     match &*storage {
-        Storage::Cpu(s) => Ok(slice::<T>(s, layout)?.to_vec()),
+        Storage::Cpu(s) => f(slice::<T>(s, layout)?),
         _ => candle_core::bail!("atomrl kernel: a CPU tensor was expected"),
     }
 }

@@ -3,7 +3,7 @@
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
 
-use super::{for_rows, slice, values, Real};
+use super::{for_rows, slice, with_elements, Real};
 
 struct RmsNorm {
     eps: f64,
@@ -96,13 +96,11 @@ impl CustomOp2 for RmsNorm {
             g: &Tensor,
         ) -> Result<(Option<Tensor>, Option<Tensor>)> {
             let want_dw = w.track_op();
-            let (dx, dw) = backward(
-                &values::<T>(x)?,
-                &values::<T>(w)?,
-                &values::<T>(g)?,
-                op.eps,
-                want_dw,
-            );
+            let (dx, dw) = with_elements::<T, _>(x, |x| {
+                with_elements::<T, _>(w, |w| {
+                    with_elements::<T, _>(g, |g| Ok(backward(x, w, g, op.eps, want_dw)))
+                })
+            })?;
             let dx = Tensor::from_vec(dx, x.shape(), x.device())?;
             let dw = if want_dw {
                 Some(Tensor::from_vec(dw, w.shape(), w.device())?)

@@ -4,7 +4,7 @@
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
 
-use super::{for_rows, slice, values, Real};
+use super::{for_rows, slice, with_elements, Real};
 
 struct Rope {
     cos: Tensor,
@@ -38,13 +38,9 @@ fn rotate<T: Real>(x: &[T], cos: &[T], sin: &[T], dims: &[usize], back: bool) ->
 
 impl Rope {
     fn run<T: Real>(&self, x: &[T], dims: &[usize], back: bool) -> Result<Vec<T>> {
-        Ok(rotate(
-            x,
-            &values::<T>(&self.cos)?,
-            &values::<T>(&self.sin)?,
-            dims,
-            back,
-        ))
+        with_elements::<T, _>(&self.cos, |cos| {
+            with_elements::<T, _>(&self.sin, |sin| Ok(rotate(x, cos, sin, dims, back)))
+        })
     }
 }
 
@@ -66,12 +62,10 @@ impl CustomOp1 for Rope {
     fn bwd(&self, x: &Tensor, _res: &Tensor, g: &Tensor) -> Result<Option<Tensor>> {
         let dims = x.dims();
         let dx = match x.dtype() {
-            DType::F32 => {
-                Tensor::from_vec(self.run(&values::<f32>(g)?, dims, true)?, dims, x.device())?
-            }
-            DType::F64 => {
-                Tensor::from_vec(self.run(&values::<f64>(g)?, dims, true)?, dims, x.device())?
-            }
+            DType::F32 => with_elements::<f32, _>(g, |g| self.run(g, dims, true))
+                .and_then(|v| Tensor::from_vec(v, dims, x.device()))?,
+            DType::F64 => with_elements::<f64, _>(g, |g| self.run(g, dims, true))
+                .and_then(|v| Tensor::from_vec(v, dims, x.device()))?,
             dt => candle_core::bail!("atomrl-rope: unsupported dtype {dt:?}"),
         };
         Ok(Some(dx))

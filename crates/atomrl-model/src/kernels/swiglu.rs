@@ -3,7 +3,7 @@
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
 
-use super::{slice, values, Real};
+use super::{slice, with_elements, Real};
 
 struct SwiGlu;
 
@@ -71,7 +71,11 @@ impl CustomOp2 for SwiGlu {
             up: &Tensor,
             grad: &Tensor,
         ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-            let (dg, du) = backward(&values::<T>(gate)?, &values::<T>(up)?, &values::<T>(grad)?);
+            let (dg, du) = with_elements::<T, _>(gate, |gate| {
+                with_elements::<T, _>(up, |up| {
+                    with_elements::<T, _>(grad, |grad| Ok(backward(gate, up, grad)))
+                })
+            })?;
             Ok((
                 Some(Tensor::from_vec(dg, gate.shape(), gate.device())?),
                 Some(Tensor::from_vec(du, up.shape(), up.device())?),

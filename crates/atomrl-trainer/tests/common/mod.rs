@@ -36,3 +36,13 @@ pub fn temp_dir(name: &str) -> TempDir {
     std::fs::create_dir_all(&dir).unwrap();
     TempDir(dir)
 }
+
+/// `train.jsonl` in `dir`: 24 sums of two small numbers (`{"prompt", "ground_truth"}` rows).
+pub fn write_dataset(dir: &Path) -> PathBuf {
+    let path = dir.join("train.jsonl");
+    let lines: Vec<String> = (0..24)
+        .map(|i| serde_json::json!({"prompt": format!("What is {} plus {}?", i % 7, i % 5), "ground_truth": format!("{}", i % 7 + i % 5)}).to_string())
+        .collect();
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    path
+}
