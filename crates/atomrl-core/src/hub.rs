@@ -90,3 +90,130 @@ pub fn snapshot_dir(repo: &Path, repo_id: &str, revision: &str) -> Result<PathBu
         )),
     }
 }
+
+/// Dataset file extensions a split may be stored in, in order of preference.
+pub const DATASET_EXTENSIONS: [&str; 2] = ["parquet", "jsonl"];
+
+/// The files of one split of a hub dataset, picked from the repository's file list `files`
+/// (paths relative to the repository root, `/`-separated), sorted by name.
+///
+/// The folders are tried in this order and the first that holds the split wins: `{config}/`
+/// (GSM8K: `main/train-00000-of-00001.parquet`), `data/`, the root, and (with no `config`)
+/// `default/`. In a folder, a split's files are `{split}.{ext}` and every shard
+/// `{split}-*.{ext}`, for `ext` in [`DATASET_EXTENSIONS`] (parquet first; one extension per
+/// split, never a mix). Used both on a cached snapshot and on a hub listing, so that a
+/// download fetches exactly the files a cached read would use.
+///
+/// ```
+/// use atomrl_core::hub::select_split_files;
+/// let files = ["README.md", "main/train-00000-of-00002.parquet",
+///     "main/train-00001-of-00002.parquet", "main/test-00000-of-00001.parquet",
+///     "socratic/train-00000-of-00001.parquet"];
+/// assert_eq!(select_split_files(&files, Some("main"), "train"),
+///     ["main/train-00000-of-00002.parquet", "main/train-00001-of-00002.parquet"]);
+/// assert_eq!(select_split_files(&["data/test.jsonl"], None, "test"), ["data/test.jsonl"]);
+/// assert!(select_split_files(&files, Some("main"), "validation").is_empty());
+/// ```
+pub fn select_split_files<S: AsRef<str>>(
+    files: &[S],
+    config: Option<&str>,
+    split: &str,
+) -> Vec<String> {
+    let mut dirs: Vec<String> = Vec::new();
+    if let Some(c) = config {
+        dirs.push(format!("{c}/"));
+    }
+    dirs.push("data/".into());
+    dirs.push(String::new());
+    if config.is_none() {
+        dirs.push("default/".into());
+    }
+    for dir in &dirs {
+        for ext in DATASET_EXTENSIONS {
+            let exact = format!("{dir}{split}.{ext}");
+            let prefix = format!("{dir}{split}-");
+            let suffix = format!(".{ext}");
+            let mut found: Vec<String> = files
+                .iter()
+                .map(AsRef::as_ref)
+                .filter(|f| {
+                    *f == exact
+                        || (f.starts_with(&prefix)
+                            && f.ends_with(&suffix)
+                            && !f[prefix.len()..].contains('/'))
+                })
+                .map(str::to_string)
+                .collect();
+            if !found.is_empty() {
+                found.sort();
+                return found;
+            }
+        }
+    }
+    Vec::new()
+}
+
+/// What [`select_split_files`] looks for, for error messages: `main/train-*.parquet, …`.
+///
+/// ```
+/// let s = atomrl_core::hub::split_patterns(Some("main"), "train");
+/// assert!(s.starts_with("main/train-*.parquet"));
+/// ```
+pub fn split_patterns(config: Option<&str>, split: &str) -> String {
+    let mut dirs: Vec<String> = config.map(|c| format!("{c}/")).into_iter().collect();
+    dirs.extend(["data/".to_string(), String::new()]);
+    if config.is_none() {
+        dirs.push("default/".into());
+    }
+    dirs.iter()
+        .map(|d| format!("{d}{split}-*.{{parquet,jsonl}}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Every file under `dir` as a `/`-separated path relative to it (symlinks followed, as in a
+/// hub snapshot), sorted; empty when `dir` does not exist.
+///
+/// # Errors
+/// [`Error::File`] when a folder cannot be read.
+///
+/// ```
+/// let dir = std::env::temp_dir().join("atomrl_doctest_list_files");
+/// std::fs::create_dir_all(dir.join("main")).unwrap();
+/// std::fs::write(dir.join("main/test.parquet"), b"").unwrap();
+/// let files = atomrl_core::hub::list_files(&dir)?;
+/// assert!(files.contains(&"main/test.parquet".to_string()));
+/// # Ok::<(), atomrl_core::Error>(())
+/// ```
+pub fn list_files(dir: &Path) -> Result<Vec<String>> {
+    fn walk(root: &Path, dir: &Path, depth: usize, out: &mut Vec<String>) -> Result<()> {
+        // Snapshots are shallow (`config/split-*.parquet`); the bound guards against loops.
+        if depth > 8 {
+            return Ok(());
+        }
+        let entries = match std::fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::file(dir.display(), e)),
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(root, &path, depth + 1, out)?;
+            } else if path.is_file() {
+                if let Ok(rel) = path.strip_prefix(root) {
+                    let parts: Vec<String> = rel
+                        .components()
+                        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                        .collect();
+                    out.push(parts.join("/"));
+                }
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, 0, &mut out)?;
+    out.sort();
+    Ok(out)
+}

@@ -123,73 +123,30 @@ pub fn resolve_hub_dataset_shards(
         return Err(Error::file(
             repo.display(),
             format!(
-                "dataset `{repo_id}` is not in the hub cache {}; download it with \
-                 `huggingface-cli download {repo_id} --repo-type dataset` (set HF_HUB_CACHE or \
-                 HF_HOME to use another cache), or build with `--features hub` to download it",
+                "dataset `{repo_id}` is not in the hub cache {} (this function reads the cache \
+                 only: `atomrl-train` and the examples download it, as does \
+                 `huggingface-cli download {repo_id} --repo-type dataset`; HF_HUB_CACHE or \
+                 HF_HOME choose another cache)",
                 cache_dir.display()
             ),
         ));
     }
     let snapshot = atomrl_core::hub::snapshot_dir(&repo, repo_id, "main")?;
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    if let Some(c) = config {
-        dirs.push(snapshot.join(c));
+    let files = atomrl_core::hub::list_files(&snapshot)?;
+    let picked = atomrl_core::hub::select_split_files(&files, config, split);
+    if picked.is_empty() {
+        return Err(Error::file(
+            snapshot.display(),
+            format!(
+                "no `{split}` split of `{repo_id}`{} in the cached snapshot (looked for {})",
+                config
+                    .map(|c| format!(" (config `{c}`)"))
+                    .unwrap_or_default(),
+                atomrl_core::hub::split_patterns(config, split)
+            ),
+        ));
     }
-    dirs.push(snapshot.join("data"));
-    dirs.push(snapshot.clone());
-    if config.is_none() {
-        dirs.push(snapshot.join("default"));
-    }
-    for dir in &dirs {
-        let shards = split_files(dir, split)?;
-        if !shards.is_empty() {
-            return Ok(shards);
-        }
-    }
-    let looked: Vec<String> = dirs
-        .iter()
-        .map(|d| {
-            let rel = d.strip_prefix(&snapshot).unwrap_or(d);
-            if rel.as_os_str().is_empty() {
-                format!("{split}-*.parquet")
-            } else {
-                format!("{}/{split}-*.parquet", rel.display())
-            }
-        })
-        .collect();
-    Err(Error::file(
-        snapshot.display(),
-        format!(
-            "no `{split}` split of `{repo_id}`{} in the cached snapshot (looked for {})",
-            config
-                .map(|c| format!(" (config `{c}`)"))
-                .unwrap_or_default(),
-            looked.join(", ")
-        ),
-    ))
-}
-
-/// `{split}-*.parquet` and `{split}.parquet` files in `dir`, sorted; empty when `dir` is absent.
-fn split_files(dir: &Path, split: &str) -> Result<Vec<PathBuf>> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => return Ok(Vec::new()),
-        Err(e) => return Err(Error::file(dir.display(), e)),
-    };
-    let prefix = format!("{split}-");
-    let exact = format!("{split}.parquet");
-    let mut out: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n == exact || (n.starts_with(&prefix) && n.ends_with(".parquet")))
-                && p.is_file()
-        })
-        .collect();
-    out.sort();
-    Ok(out)
+    Ok(picked.iter().map(|f| snapshot.join(f)).collect())
 }
 
 #[cfg(test)]

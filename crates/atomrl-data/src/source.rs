@@ -16,8 +16,11 @@ use crate::synthetic::{synthetic_splits_with, SyntheticConfig};
 /// ```
 /// use atomrl_data::DataSource;
 /// let src = DataSource::parse("openai/gsm8k:main")?;
-/// assert_eq!(src, DataSource::Hub { repo_id: "openai/gsm8k".into(), config: Some("main".into()) });
+/// assert_eq!(src, DataSource::Hub {
+///     repo_id: "openai/gsm8k".into(), revision: None, config: Some("main".into()) });
 /// assert_eq!(src.to_string(), "openai/gsm8k:main");
+/// let pinned = DataSource::parse("openai/gsm8k@v1.0:socratic")?;
+/// assert_eq!(pinned.to_string(), "openai/gsm8k@v1.0:socratic");
 /// # Ok::<(), atomrl_core::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -26,10 +29,13 @@ pub enum DataSource {
     Jsonl(PathBuf),
     /// A GSM8K parquet file, read by [`load_gsm8k_parquet`].
     Parquet(PathBuf),
-    /// A hub dataset (`org/name`, optional config), read from the hub cache.
+    /// A hub dataset (`org/name[@revision][:config]`), read from the hub cache or, through
+    /// [`DataSource::load_with`], fetched by the caller (the trainer downloads it).
     Hub {
         /// `org/name`, e.g. `openai/gsm8k`.
         repo_id: String,
+        /// A branch, tag or commit; `None` is `main`.
+        revision: Option<String>,
         /// The dataset config (subfolder), e.g. `main`; `openai/gsm8k` defaults to `main`.
         config: Option<String>,
     },
@@ -65,7 +71,7 @@ pub const SYNTHETIC_DEFAULT_PROBLEMS: (usize, usize, i64) = (1, 2, 10);
 
 impl DataSource {
     /// Parses a source: an existing file ending in `.jsonl` or `.json` is [`DataSource::Jsonl`],
-    /// one ending in `.parquet` is [`DataSource::Parquet`]; `org/name` or `org/name:config`
+    /// one ending in `.parquet` is [`DataSource::Parquet`]; `org/name[@revision][:config]`
     /// that is not an existing path is [`DataSource::Hub`].
     ///
     /// # Errors
@@ -108,9 +114,13 @@ impl DataSource {
         if kind.is_some() {
             return Err(Error::file(s, "dataset file not found"));
         }
-        let (repo_id, config) = match s.split_once(':') {
+        let (repo_rev, config) = match s.split_once(':') {
             Some((r, c)) => (r, Some(c)),
             None => (s, None),
+        };
+        let (repo_id, revision) = match repo_rev.split_once('@') {
+            Some((r, rev)) => (r, Some(rev)),
+            None => (repo_rev, None),
         };
         let name_ok = |p: &str| {
             !p.is_empty()
@@ -121,16 +131,18 @@ impl DataSource {
         let repo_ok = repo_id
             .split_once('/')
             .is_some_and(|(org, name)| name_ok(org) && name_ok(name));
-        if !repo_ok || !config.is_none_or(name_ok) {
+        if !repo_ok || !config.is_none_or(name_ok) || !revision.is_none_or(name_ok) {
             return Err(Error::value(
                 "DataSource::parse",
                 "dataset",
-                "an existing .jsonl/.json/.parquet file or a hub dataset `org/name[:config]`",
+                "an existing .jsonl/.json/.parquet file or a hub dataset \
+                 `org/name[@revision][:config]`",
                 format!("`{s}`"),
             ));
         }
         Ok(Self::Hub {
             repo_id: repo_id.to_string(),
+            revision: revision.map(str::to_string),
             config: config.map(str::to_string),
         })
     }
@@ -158,6 +170,39 @@ impl DataSource {
     /// # Errors
     /// As [`DataSource::load`].
     pub fn load_from_cache(&self, cache_dir: &Path, split: &str) -> Result<Vec<Example>> {
+        self.load_with(split, |repo_id, revision, config, split| match revision {
+            None | Some("main") => resolve_hub_dataset_shards(cache_dir, repo_id, config, split),
+            Some(rev) => Err(Error::file(
+                repo_id,
+                format!("revision `{rev}`: the cache-only reader reads `main`; load it with a hub client"),
+            )),
+        })
+    }
+
+    /// Loads the examples, asking `fetch(repo_id, revision, config, split)` for the local files
+    /// of a hub split (parquet or JSONL shards, in order); other sources ignore it. This is how
+    /// a caller with a hub client (`atomrl-hub`) downloads what is missing, while this crate
+    /// stays free of network code.
+    ///
+    /// # Errors
+    /// Those of `fetch`, [`load_jsonl`] and [`load_gsm8k_parquet`].
+    ///
+    /// ```
+    /// use atomrl_data::DataSource;
+    /// let file = std::env::temp_dir().join("atomrl_doctest_load_with.jsonl");
+    /// std::fs::write(&file, "{\"prompt\": \"2+2?\", \"ground_truth\": \"4\"}\n").unwrap();
+    /// let src = DataSource::parse("org/maths@v2")?;
+    /// let examples = src.load_with("train", |repo, revision, _config, split| {
+    ///     assert_eq!((repo, revision, split), ("org/maths", Some("v2"), "train"));
+    ///     Ok(vec![file.clone()])
+    /// })?;
+    /// assert_eq!(examples[0].ground_truth, "4");
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn load_with<F>(&self, split: &str, fetch: F) -> Result<Vec<Example>>
+    where
+        F: FnOnce(&str, Option<&str>, Option<&str>, &str) -> Result<Vec<PathBuf>>,
+    {
         match self {
             Self::Jsonl(p) => load_jsonl(p),
             Self::Parquet(p) => load_gsm8k_parquet(p),
@@ -177,11 +222,20 @@ impl DataSource {
                     eval_set
                 })
             }
-            Self::Hub { repo_id, config } => {
+            Self::Hub {
+                repo_id,
+                revision,
+                config,
+            } => {
                 let config = config.as_deref().or(default_config(repo_id));
                 let mut out = Vec::new();
-                for shard in resolve_hub_dataset_shards(cache_dir, repo_id, config, split)? {
-                    out.extend(load_gsm8k_parquet(&shard)?);
+                for shard in fetch(repo_id, revision.as_deref(), config, split)? {
+                    let jsonl = shard.extension().is_some_and(|e| e == "jsonl" || e == "json");
+                    out.extend(if jsonl {
+                        load_jsonl(&shard)?
+                    } else {
+                        load_gsm8k_parquet(&shard)?
+                    });
                 }
                 Ok(out)
             }
@@ -267,9 +321,18 @@ impl fmt::Display for DataSource {
             Self::Jsonl(p) | Self::Parquet(p) => write!(f, "{}", p.display()),
             Self::Hub {
                 repo_id,
-                config: Some(c),
-            } => write!(f, "{repo_id}:{c}"),
-            Self::Hub { repo_id, .. } => f.write_str(repo_id),
+                revision,
+                config,
+            } => {
+                f.write_str(repo_id)?;
+                if let Some(r) = revision {
+                    write!(f, "@{r}")?;
+                }
+                if let Some(c) = config {
+                    write!(f, ":{c}")?;
+                }
+                Ok(())
+            }
             Self::Synthetic {
                 train,
                 eval,
@@ -308,10 +371,23 @@ mod tests {
             DataSource::parse("openai/gsm8k").unwrap(),
             DataSource::Hub {
                 repo_id: "openai/gsm8k".into(),
+                revision: None,
                 config: None
             }
         );
-        for bad in ["", "gsm8k", "a/b/c", "a/b:", "/abs/dir", "a/b:c/d", "./x"] {
+        let pinned = DataSource::parse("org/data@abc123:main").unwrap();
+        assert_eq!(
+            pinned,
+            DataSource::Hub {
+                repo_id: "org/data".into(),
+                revision: Some("abc123".into()),
+                config: Some("main".into())
+            }
+        );
+        assert_eq!(DataSource::parse(&pinned.to_string()).unwrap(), pinned);
+        for bad in [
+            "", "gsm8k", "a/b/c", "a/b:", "/abs/dir", "a/b:c/d", "./x", "a/b@", "a/b@x/y",
+        ] {
             assert!(DataSource::parse(bad).is_err(), "{bad}");
         }
         assert!(DataSource::parse("x.parquet")

@@ -308,7 +308,7 @@ fn not_cached_says_how_to_download() {
         message.contains("huggingface-cli download openai/gsm8k --repo-type dataset"),
         "{message}"
     );
-    assert!(message.contains("--features hub"), "{message}");
+    assert!(message.contains("atomrl-train"), "{message}");
     // A repo without refs/main but with a single snapshot is still found.
     let snap = cache.join("datasets--org--one/snapshots/abc/main");
     std::fs::create_dir_all(&snap).unwrap();

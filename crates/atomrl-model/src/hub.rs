@@ -2,8 +2,8 @@
 //!
 //! A hub model is read from the cache folder that `huggingface_hub` (and `hf-hub`) fill:
 //! `<cache>/models--<org>--<name>/snapshots/<commit>/<files>`, with `refs/<revision>` holding
-//! the commit. With the `hub` feature, missing files are first downloaded through `hf-hub`.
-//! After that, loading is [`CausalLm::from_hf_dir`] on the snapshot folder.
+//! the commit. With the `hub` feature, missing files are first downloaded (`atomrl-hub`, through
+//! `hf-hub`). After that, loading is [`CausalLm::from_hf_dir`] on the snapshot folder.
 
 use std::path::{Path, PathBuf};
 
@@ -41,47 +41,21 @@ pub fn resolve_hub_snapshot(cache_dir: &Path, repo_id: &str, revision: &str) -> 
     atomrl_core::hub::snapshot_dir(&repo, repo_id, revision)
 }
 
-#[cfg(feature = "hub")]
-fn download(cache_dir: &Path, repo_id: &str, revision: &str) -> Result<()> {
-    use hf_hub::{api::sync::ApiBuilder, Repo, RepoType};
-    let api = ApiBuilder::new()
-        .with_cache_dir(cache_dir.to_path_buf())
-        .build()
-        .map_err(|e| Error::file(cache_dir.display(), format!("hub client: {e}")))?;
-    let repo = api.repo(Repo::with_revision(
-        repo_id.to_string(),
-        RepoType::Model,
-        revision.to_string(),
-    ));
-    let info = repo
-        .info()
-        .map_err(|e| Error::file(repo_id, format!("hub: {e}")))?;
-    for s in info.siblings {
-        let f = s.rfilename;
-        let wanted = f == "config.json"
-            || f.ends_with(".safetensors")
-            || f == crate::weights::WEIGHTS_INDEX_FILE
-            || crate::save::COPIED_FILES.contains(&f.as_str());
-        if wanted {
-            repo.get(&f)
-                .map_err(|e| Error::file(format!("{repo_id}/{f}"), format!("hub download: {e}")))?;
-        }
-    }
-    Ok(())
-}
-
 impl CausalLm {
     /// Loads `repo_id` at `revision` (default `main`) from the hub cache
-    /// ([`hub_cache_dir`]); with the `hub` feature, missing files are downloaded first.
+    /// ([`hub_cache_dir`]); with the `hub` feature, missing files are downloaded first
+    /// (`HF_ENDPOINT`, `HF_TOKEN`, `HF_HUB_OFFLINE` are read as `huggingface_hub` reads them;
+    /// see the `atomrl-hub` crate).
     ///
     /// # Errors
-    /// [`Error::File`] naming the missing cache entry or file.
+    /// [`Error::File`] naming the repository and the missing file, or the download's failure.
     ///
     /// ```
     /// use candle_core::{DType, Device};
+    /// std::env::set_var("HF_HUB_OFFLINE", "1"); // this example reads the (empty) cache only
     /// let err = atomrl_model::CausalLm::from_hub_cache(
     ///     std::path::Path::new("/no/cache"), "Qwen/Qwen3-0.6B", None, DType::F32, &Device::Cpu);
-    /// assert!(err.unwrap_err().to_string().contains("models--Qwen--Qwen3-0.6B"));
+    /// assert!(err.unwrap_err().to_string().contains("Qwen/Qwen3-0.6B"));
     /// ```
     pub fn from_hub(
         repo_id: &str,
@@ -99,6 +73,7 @@ impl CausalLm {
     ///
     /// ```
     /// use candle_core::{DType, Device};
+    /// std::env::set_var("HF_HUB_OFFLINE", "1");
     /// assert!(atomrl_model::CausalLm::from_hub_cache(
     ///     std::path::Path::new("/no/cache"), "a/b", Some("v1"), DType::F32, &Device::Cpu).is_err());
     /// ```
@@ -109,12 +84,15 @@ impl CausalLm {
         dtype: DType,
         device: &Device,
     ) -> Result<Self> {
-        let revision = revision.unwrap_or("main");
-        #[cfg(feature = "hub")]
-        if resolve_hub_snapshot(cache_dir, repo_id, revision).is_err() {
-            download(cache_dir, repo_id, revision)?;
-        }
-        let snap = resolve_hub_snapshot(cache_dir, repo_id, revision)?;
+        let settings = atomrl_hub::HubSettings {
+            cache_dir: cache_dir.to_path_buf(),
+            ..atomrl_hub::HubSettings::from_env()
+        };
+        let spec = match revision {
+            Some(rev) => format!("{repo_id}@{rev}"),
+            None => repo_id.to_string(),
+        };
+        let snap = atomrl_hub::resolve_model(&spec, &settings)?;
         Self::from_hf_dir(snap, dtype, device)
     }
 }

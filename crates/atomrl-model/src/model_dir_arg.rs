@@ -7,10 +7,12 @@ use atomrl_core::{Inputs, Result};
 /// Resolves the `model_dir` input of an `atomrl-fn` function: as given, against the input
 /// file's folder and its parents, and finally against the repository this crate was built from
 /// (so that worked examples naming a fixture model are found from any working directory of a
-/// source checkout).
+/// source checkout); a value that is no folder but a hub id `org/name[@revision]` is taken
+/// from the hub cache, or downloaded with the `hub` feature (`atomrl_hub::model_dir`).
 ///
 /// # Errors
-/// [`atomrl_core::Error::Value`] naming `model_dir` when no such folder exists.
+/// [`atomrl_core::Error::Value`] naming `model_dir` when no such folder exists and the value is
+/// not a hub id; the hub resolver's errors for a hub id.
 ///
 /// ```
 /// use atomrl_core::{ArgSpec, FnSpec, Inputs};
@@ -31,6 +33,8 @@ pub fn model_dir_arg(inputs: &Inputs) -> Result<PathBuf> {
             let repo = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join(raw);
             if !raw.is_empty() && PathBuf::from(raw).is_relative() && repo.is_dir() {
                 Ok(repo)
+            } else if atomrl_hub::RepoSpec::parse(raw).is_ok_and(|s| s.id.contains('/')) {
+                atomrl_hub::model_dir(raw)
             } else {
                 Err(e)
             }

@@ -1,7 +1,7 @@
 //! Building what a run computes with: the device, the model (local folder or hub id, with
 //! optional LoRA) and its tokenizer.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use atomrl_core::{Error, Result};
 use atomrl_model::{CausalLm, LoraConfig};
@@ -9,6 +9,7 @@ use atomrl_sample::ChatTokenizer;
 use candle_core::{DType, Device};
 
 use crate::config::{ComputeDtype, DeviceSpec, GRPOArgs};
+use crate::data::{DataSource, Example};
 
 /// The device named by `device` (`cpu`, `cuda`, `cuda:N`).
 ///
@@ -151,24 +152,28 @@ pub fn set_threads(threads: usize) {
     }
 }
 
-/// The local folder of a model: `model` itself when it is a folder, else the hub cache's
-/// snapshot of the hub id `model` (downloaded first with the `hub` feature).
+/// The local folder of a model: `model` itself when it is a folder, else the hub id
+/// `org/name[@revision]` from the hub cache, downloaded first when the cache lacks it (the
+/// `hub` feature, on by default; [`atomrl_hub::resolve_model`]).
 ///
 /// # Errors
-/// [`Error::File`] when neither exists (saying how to get the model).
+/// [`Error::File`] naming the repository and file (unknown, gated, unreachable, offline).
 pub fn resolve_model_dir(model: &str) -> Result<PathBuf> {
-    let path = Path::new(model);
-    if path.is_dir() {
-        return Ok(path.to_path_buf());
-    }
-    atomrl_model::resolve_hub_snapshot(&atomrl_model::hub_cache_dir(), model, "main").map_err(|e| {
-        Error::file(
-            model,
-            format!(
-                "not a local folder, and not in the hub cache ({e}); download it with \
-                 `huggingface-cli download {model}` or pass a local Hugging Face folder"
-            ),
-        )
+    atomrl_hub::model_dir(model)
+}
+
+/// The examples of `split` of `source`; a hub dataset's split comes from the hub cache, or is
+/// downloaded when the cache lacks it ([`atomrl_hub::resolve_dataset_split`]).
+///
+/// # Errors
+/// Those of [`DataSource::load_with`] and of the hub resolver.
+pub fn load_split(source: &DataSource, split: &str) -> Result<Vec<Example>> {
+    source.load_with(split, |id, revision, config, split| {
+        let spec = atomrl_hub::RepoSpec {
+            id: id.to_string(),
+            revision: revision.unwrap_or("main").to_string(),
+        };
+        atomrl_hub::resolve_dataset_split(&spec, config, split, &atomrl_hub::HubSettings::from_env())
     })
 }
 

@@ -526,10 +526,10 @@ fn push_eval(row: &mut MetricRow, r: &EvalResult) {
 /// # Errors
 /// Data loading failures.
 pub fn load_splits(args: &GRPOArgs) -> Result<(Vec<Example>, Vec<Example>)> {
-    let train = DataSource::parse(&args.dataset)?.load("train")?;
+    let train = crate::runtime::load_split(&DataSource::parse(&args.dataset)?, "train")?;
     match &args.eval_dataset {
         Some(eval) => {
-            let mut eval = DataSource::parse(eval)?.load("test")?;
+            let mut eval = crate::runtime::load_split(&DataSource::parse(eval)?, "test")?;
             eval.truncate(if args.eval_size > 0 {
                 args.eval_size
             } else {
