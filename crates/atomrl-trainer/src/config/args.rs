@@ -361,3 +361,115 @@ impl GRPOArgs {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The presets as they were written in Rust before they moved to `presets/*.toml`: the
+    /// files must give exactly these values.
+    fn old_preset(recipe: Recipe) -> GRPOArgs {
+        let grpo = GRPOArgs {
+            recipe,
+            model: String::new(),
+            dataset: String::new(),
+            eval_dataset: None,
+            eval_size: 0,
+            output_dir: "runs/atomrl".into(),
+            max_steps: 0,
+            time_budget_s: 0.0,
+            lr_schedule_on_budget: false,
+            epochs: 1,
+            batch_size: 8,
+            num_generations: 8,
+            gradient_accumulation_steps: 1,
+            max_prompt_length: 512,
+            max_completion_length: 256,
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            beta: 0.0,
+            kl_estimator: KlEstimator::K3,
+            clip_low: 0.2,
+            clip_high: 0.2,
+            clip_ratio_c: None,
+            loss_agg: LossAgg::SeqMeanTokenMean,
+            ratio_level: RatioLevel::Token,
+            num_iterations: 1,
+            advantage_mode: AdvantageMode::Grpo,
+            advantage_eps: 1e-6,
+            dynamic_sampling: false,
+            max_num_gen_batches: 4,
+            overlong_buffer_len: None,
+            overlong_penalty_factor: 1.0,
+            mask_truncated_completions: false,
+            entropy_coef: 0.0,
+            rewards: vec![
+                RewardSpec {
+                    name: "correctness".into(),
+                    weight: 1.0,
+                    options: toml::Table::new(),
+                },
+                RewardSpec {
+                    name: "hard_format".into(),
+                    weight: 0.1,
+                    options: toml::Table::new(),
+                },
+            ],
+            lr: 1e-6,
+            weight_decay: 0.0,
+            adam_beta1: 0.9,
+            adam_beta2: 0.999,
+            adam_eps: 1e-8,
+            max_grad_norm: 1.0,
+            lr_scheduler: LrSchedule::Constant,
+            warmup_ratio: 0.0,
+            warmup_steps: 0,
+            min_lr_ratio: 0.0,
+            seed: 42,
+            save_steps: 0,
+            save_total_limit: 3,
+            eval_steps: 0,
+            logging_steps: 10,
+            resume: Resume::Never,
+            lora: None,
+            dtype: ComputeDtype::F32,
+            device: DeviceSpec::Cpu,
+            gradient_checkpointing: false,
+            threads: 0,
+            workers: 0,
+            chat_template: true,
+            system_prompt: None,
+            progress: true,
+        };
+        match recipe {
+            Recipe::Grpo => grpo,
+            Recipe::Dapo => GRPOArgs {
+                clip_low: 0.2,
+                clip_high: 0.28,
+                loss_agg: LossAgg::TokenMean,
+                dynamic_sampling: true,
+                overlong_buffer_len: Some(64),
+                overlong_penalty_factor: 1.0,
+                beta: 0.0,
+                ..grpo
+            },
+            Recipe::Sft => GRPOArgs {
+                num_generations: 1,
+                lr: 2e-5,
+                loss_agg: LossAgg::TokenMean,
+                rewards: Vec::new(),
+                ..grpo
+            },
+        }
+    }
+
+    #[test]
+    fn every_preset_loads_with_its_former_values() {
+        for recipe in [Recipe::Grpo, Recipe::Dapo, Recipe::Sft] {
+            assert_eq!(GRPOArgs::preset(recipe), old_preset(recipe), "{recipe}");
+        }
+    }
+}
