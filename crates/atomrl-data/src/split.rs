@@ -1,9 +1,10 @@
-//! A seeded train / held-out split.
+//! A seeded train / held-out split, and the training and held-out sets of a run.
 
 use atomrl_core::{Error, Result};
 
 use crate::example::Example;
 use crate::shuffle::seeded_permutation;
+use crate::source::DataSource;
 
 /// Splits `examples` into `(train, eval)`: a seeded shuffle ([`seeded_permutation`]), then the
 /// first `eval_size` examples of the shuffled order are `eval` and the rest `train` (both in
@@ -45,6 +46,42 @@ pub fn train_eval_split(
     let eval: Vec<Example> = shuffled.by_ref().take(eval_size).collect();
     let train: Vec<Example> = shuffled.collect();
     Ok((train, eval))
+}
+
+/// The training and held-out examples of a run: the `train` split of `dataset`, and the
+/// `test` split of `eval_dataset` when given (its first `eval_size` examples when that is not
+/// 0), else `eval_size` examples split off the training data with [`train_eval_split`] (none
+/// when 0). Sources are parsed with [`DataSource::parse`].
+///
+/// # Errors
+/// Unparsable or unloadable sources; an `eval_size` that leaves no training example.
+///
+/// ```
+/// use atomrl_data::load_splits;
+/// let (train, eval) = load_splits("synthetic:40:5:3", None, 4, 7)?;
+/// assert_eq!((train.len(), eval.len()), (40 - 4, 4));
+/// let (train, eval) = load_splits("synthetic:40:5:3", Some("synthetic:40:5:3"), 0, 7)?;
+/// assert_eq!((train.len(), eval.len()), (40, 5));
+/// # Ok::<(), atomrl_core::Error>(())
+/// ```
+pub fn load_splits(
+    dataset: &str,
+    eval_dataset: Option<&str>,
+    eval_size: usize,
+    seed: u64,
+) -> Result<(Vec<Example>, Vec<Example>)> {
+    let train = DataSource::parse(dataset)?.load("train")?;
+    match eval_dataset {
+        Some(eval) => {
+            let mut eval = DataSource::parse(eval)?.load("test")?;
+            if eval_size > 0 {
+                eval.truncate(eval_size);
+            }
+            Ok((train, eval))
+        }
+        None if eval_size > 0 => train_eval_split(train, eval_size, seed),
+        None => Ok((train, Vec::new())),
+    }
 }
 
 #[cfg(test)]

@@ -16,7 +16,6 @@
 pub mod checkpoint;
 pub mod config;
 pub mod grpo;
-pub mod infer;
 pub mod parallel;
 mod recipe;
 pub mod run;

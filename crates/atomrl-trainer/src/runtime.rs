@@ -8,49 +8,7 @@ use atomrl_model::{CausalLm, LoraConfig};
 use atomrl_sample::ChatTokenizer;
 use candle_core::{DType, Device};
 
-use crate::config::{ComputeDtype, DeviceSpec, GRPOArgs};
-
-/// The device named by `device` (`cpu`, `cuda`, `cuda:N`).
-///
-/// # Errors
-/// [`Error::Value`] for an unknown name, a CUDA device in a build without the `cuda` feature
-/// (saying how to build with it), or a CUDA device that cannot be opened.
-///
-/// ```
-/// assert!(atomrl_trainer::runtime::select_device("cpu")?.is_cpu());
-/// assert!(atomrl_trainer::runtime::select_device("tpu").is_err());
-/// # Ok::<(), atomrl_core::Error>(())
-/// ```
-pub fn select_device(device: &str) -> Result<Device> {
-    let ordinal = match device.parse::<DeviceSpec>()? {
-        DeviceSpec::Cpu => return Ok(Device::Cpu),
-        DeviceSpec::Cuda(n) => n.unwrap_or(0),
-    };
-    if !candle_core::utils::cuda_is_available() {
-        return Err(Error::value(
-            "device",
-            "device",
-            "a device this binary supports (rebuild with `--features cuda` for CUDA)",
-            device,
-        ));
-    }
-    Device::new_cuda(ordinal).map_err(|e| {
-        Error::value(
-            "device",
-            "device",
-            "an available CUDA device",
-            format!("{device}: {e}"),
-        )
-    })
-}
-
-/// The dtype named by `dtype` (`f32`, `bf16`, `f16`).
-///
-/// # Errors
-/// [`Error::UnknownChoice`] for another name.
-pub fn select_dtype(dtype: &str) -> Result<DType> {
-    Ok(dtype.parse::<ComputeDtype>()?.dtype())
-}
+use crate::config::GRPOArgs;
 
 /// Keeps freed tensor buffers in the process instead of returning them to the OS.
 ///

@@ -4,8 +4,9 @@ use serde::{Deserialize, Serialize};
 
 pub use atomrl_optim::LrSchedule;
 
-use super::choices::{ComputeDtype, DeviceSpec, Resume};
+use super::resume::Resume;
 use atomrl_advantage::AdvantageMode;
+use atomrl_core::{ComputeDtype, DeviceSpec};
 use atomrl_loss::{KlEstimator, LossAgg, RatioLevel};
 
 /// Which recipe a run follows; each one is a preset of [`GRPOArgs`] defaults.
@@ -256,7 +257,8 @@ pub struct GRPOArgs {
 }
 
 impl GRPOArgs {
-    /// The defaults of `recipe`.
+    /// The defaults of `recipe`, from its preset file (`presets/*.toml`, embedded in the
+    /// crate).
     ///
     /// ```
     /// use atomrl_trainer::config::{GRPOArgs, Recipe};
@@ -264,101 +266,11 @@ impl GRPOArgs {
     /// assert_eq!((dapo.clip_high, dapo.loss_agg.name(), dapo.dynamic_sampling, dapo.beta), (0.28, "token_mean", true, 0.0));
     /// ```
     pub fn preset(recipe: Recipe) -> Self {
-        let grpo = Self {
-            recipe,
-            model: String::new(),
-            dataset: String::new(),
-            eval_dataset: None,
-            eval_size: 0,
-            output_dir: "runs/atomrl".into(),
-            max_steps: 0,
-            time_budget_s: 0.0,
-            lr_schedule_on_budget: false,
-            epochs: 1,
-            batch_size: 8,
-            num_generations: 8,
-            gradient_accumulation_steps: 1,
-            max_prompt_length: 512,
-            max_completion_length: 256,
-            temperature: 1.0,
-            top_p: 1.0,
-            top_k: 0,
-            min_p: 0.0,
-            repetition_penalty: 1.0,
-            beta: 0.0,
-            kl_estimator: KlEstimator::K3,
-            clip_low: 0.2,
-            clip_high: 0.2,
-            clip_ratio_c: None,
-            loss_agg: LossAgg::SeqMeanTokenMean,
-            ratio_level: RatioLevel::Token,
-            num_iterations: 1,
-            advantage_mode: AdvantageMode::Grpo,
-            advantage_eps: 1e-6,
-            dynamic_sampling: false,
-            max_num_gen_batches: 4,
-            overlong_buffer_len: None,
-            overlong_penalty_factor: 1.0,
-            mask_truncated_completions: false,
-            entropy_coef: 0.0,
-            rewards: vec![
-                RewardSpec {
-                    name: "correctness".into(),
-                    weight: 1.0,
-                    options: toml::Table::new(),
-                },
-                RewardSpec {
-                    name: "hard_format".into(),
-                    weight: 0.1,
-                    options: toml::Table::new(),
-                },
-            ],
-            lr: 1e-6,
-            weight_decay: 0.0,
-            adam_beta1: 0.9,
-            adam_beta2: 0.999,
-            adam_eps: 1e-8,
-            max_grad_norm: 1.0,
-            lr_scheduler: LrSchedule::Constant,
-            warmup_ratio: 0.0,
-            warmup_steps: 0,
-            min_lr_ratio: 0.0,
-            seed: 42,
-            save_steps: 0,
-            save_total_limit: 3,
-            eval_steps: 0,
-            logging_steps: 10,
-            resume: Resume::Never,
-            lora: None,
-            dtype: ComputeDtype::F32,
-            device: DeviceSpec::Cpu,
-            gradient_checkpointing: false,
-            threads: 0,
-            workers: 0,
-            chat_template: true,
-            system_prompt: None,
-            progress: true,
-        };
-        match recipe {
-            Recipe::Grpo => grpo,
-            Recipe::Dapo => Self {
-                clip_low: 0.2,
-                clip_high: 0.28,
-                loss_agg: LossAgg::TokenMean,
-                dynamic_sampling: true,
-                overlong_buffer_len: Some(64),
-                overlong_penalty_factor: 1.0,
-                beta: 0.0,
-                ..grpo
-            },
-            Recipe::Sft => Self {
-                num_generations: 1,
-                lr: 2e-5,
-                loss_agg: LossAgg::TokenMean,
-                rewards: Vec::new(),
-                ..grpo
-            },
-        }
+        // The files are part of the crate, not user input, and a test loads every one of
+        // them: a failure here is a bug in a preset file.
+        toml::Value::Table(super::load::preset_table(recipe))
+            .try_into()
+            .unwrap_or_else(|e| panic!("presets/{recipe}.toml: {e}"))
     }
 }
 

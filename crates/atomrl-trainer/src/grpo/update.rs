@@ -1,6 +1,7 @@
 //! The policy update of one step: log-probs, loss (+ β·KL − entropy bonus), gradient
 //! accumulation with the global normaliser, clipping, the NaN/Inf guard, AdamW.
 
+use atomrl_core::shape::{masked_sum, scalar_f64};
 use atomrl_core::{CandleContext, Result};
 use atomrl_logprob::{get_action_log_probs, get_shared_prompt_log_probs, TokenLogProbs};
 use atomrl_loss::{
@@ -10,7 +11,7 @@ use atomrl_model::CausalLm;
 use candle_core::{Tensor, Var};
 
 use super::accumulate::{accumulate_and_step_hooked, zero_gradient_step, StepSettings};
-use super::batch::{masked_sum, scalar_f64, TrainingBatch};
+use super::batch::TrainingBatch;
 use crate::config::GRPOArgs;
 use crate::optim::AdamW;
 
@@ -93,8 +94,8 @@ pub struct UpdateContext<'a> {
 
 fn masked_mean(values: &Tensor, mask: &Tensor) -> Result<f64> {
     let func = "update";
-    let num = masked_sum(values, mask, func)?;
-    let den = scalar_f64(&mask.sum_all().ctx(func)?, func)?;
+    let num = masked_sum(func, values, mask)?;
+    let den = scalar_f64(func, &mask.sum_all().ctx(func)?)?;
     Ok(if den > 0.0 { num / den } else { f64::NAN })
 }
 
@@ -311,7 +312,7 @@ impl<'a> MicroLoss<'a> {
         let tokens = mb.completion_tokens(func)?;
         let out = batch_log_probs(self.model, mb, a.temperature, true)?;
         let lp = out.log_probs;
-        let lp_sum = masked_sum(&lp, &mb.completion_mask, func)?;
+        let lp_sum = masked_sum(func, &lp, &mb.completion_mask)?;
         if !lp_sum.is_finite() {
             return Ok(None);
         }
