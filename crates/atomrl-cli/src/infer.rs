@@ -14,10 +14,10 @@ use candle_core::{DType, Device};
 ///
 /// ```
 /// use atomrl_cli::infer::Answerer;
-/// use atomrl_trainer::data::{Example, Prompt};
+/// use atomrl_trainer::data::Example;
 /// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
 /// let answerer = Answerer::load(dir.as_ref(), &candle_core::Device::Cpu, 4, 0.0, None)?;
-/// let question = Example::new(Prompt::Text("What is 3+4?".into()), "7".into());
+/// let question = Example::new("What is 3+4?".to_string(), "7");
 /// let answers = answerer.answer(&[question])?;
 /// assert_eq!((answers.len(), answers[0].question.as_str()), (1, "What is 3+4?"));
 /// assert!(answers[0].correct.is_some()); // scored: a ground truth was given
