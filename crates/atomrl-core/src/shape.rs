@@ -105,7 +105,7 @@ pub fn flat_f64(func: &str, t: &Tensor) -> Result<Vec<f64>> {
 /// ```
 /// let t = candle_core::Tensor::new(2.5f32, &candle_core::Device::Cpu)?;
 /// assert_eq!(atomrl_core::shape::scalar_f64("example", &t)?, 2.5);
-/// # Ok::<(), atomrl_core::Error>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn scalar_f64(func: &str, t: &Tensor) -> Result<f64> {
     t.detach()
@@ -125,7 +125,7 @@ pub fn scalar_f64(func: &str, t: &Tensor) -> Result<f64> {
 /// let values = Tensor::new(&[[1f32, 2., 3.]], &Device::Cpu)?;
 /// let mask = Tensor::new(&[[1f32, 0., 1.]], &Device::Cpu)?;
 /// assert_eq!(atomrl_core::shape::masked_sum("example", &values, &mask)?, 4.0);
-/// # Ok::<(), atomrl_core::Error>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn masked_sum(func: &str, values: &Tensor, mask: &Tensor) -> Result<f64> {
     let sum = values
