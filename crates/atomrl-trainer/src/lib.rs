@@ -9,7 +9,7 @@
 //!   accumulation and clipping.
 //! - [`grpo`]: [`GRPOTrainer`], the GRPO / DAPO loop.
 //! - [`checkpoint`]: atomic HF-format checkpoints with the trainer state, for exact resume.
-//! - [`runtime`]: device, dtype, threads, model and tokenizer loading.
+//! - [`runtime`]: the CPU plan (threads, workers), model and tokenizer loading.
 
 #![deny(missing_docs)]
 

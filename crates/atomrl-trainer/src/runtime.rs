@@ -1,5 +1,6 @@
-//! Building what a run computes with: the device, the model (local folder or hub id, with
-//! optional LoRA) and its tokenizer.
+//! What a run computes with: the CPU plan (threads, workers, allocator), the model (local
+//! folder or hub id, with optional LoRA) and its tokenizer. The device is
+//! [`atomrl_core::DeviceSpec::open`].
 
 use std::path::{Path, PathBuf};
 

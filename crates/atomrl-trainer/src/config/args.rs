@@ -28,11 +28,7 @@ impl Recipe {
 
     /// The name of this recipe.
     pub fn name(self) -> &'static str {
-        match self {
-            Self::Grpo => "grpo",
-            Self::Dapo => "dapo",
-            Self::Sft => "sft",
-        }
+        Self::NAMES[self as usize]
     }
 }
 

@@ -84,8 +84,7 @@ fn sampling_params(a: &GRPOArgs, stop_token_ids: Vec<u32>) -> SamplingParams {
         min_p: a.min_p,
         repetition_penalty: a.repetition_penalty,
         stop_token_ids,
-        stop_strings: Vec::new(),
-        seed: 0,
+        ..Default::default()
     }
 }
 

@@ -1,7 +1,7 @@
 //! The policy update of one step: log-probs, loss (+ β·KL − entropy bonus), gradient
 //! accumulation with the global normaliser, clipping, the NaN/Inf guard, AdamW.
 
-use atomrl_core::shape::{masked_sum, scalar_f64};
+use atomrl_core::shape::masked_sum;
 use atomrl_core::{CandleContext, Result};
 use atomrl_logprob::{get_action_log_probs, get_shared_prompt_log_probs, TokenLogProbs};
 use atomrl_loss::{
@@ -90,13 +90,6 @@ pub struct UpdateContext<'a> {
     pub params: &'a [(String, Var)],
     /// Run options.
     pub args: &'a GRPOArgs,
-}
-
-fn masked_mean(values: &Tensor, mask: &Tensor) -> Result<f64> {
-    let func = "update";
-    let num = masked_sum(func, values, mask)?;
-    let den = scalar_f64(func, &mask.sum_all().ctx(func)?)?;
-    Ok(if den > 0.0 { num / den } else { f64::NAN })
 }
 
 /// Log-probs (and entropies) of the completion tokens of `batch` under `model`: each prompt
@@ -339,14 +332,14 @@ impl<'a> MicroLoss<'a> {
             )?;
             let term = aggregate_loss(&k.kl, &mb.completion_mask, agg)?;
             loss = (loss + (term * a.beta).ctx(func)?).ctx(func)?;
-            m.kl = masked_mean(&k.kl, &mb.completion_mask)? * tokens;
+            m.kl = masked_sum(func, &k.kl, &mb.completion_mask)?;
         }
         if let Some(entropy) = &out.entropy {
             if a.entropy_coef > 0.0 {
                 let term = aggregate_loss(entropy, &mb.completion_mask, agg)?;
                 loss = (loss - (term * a.entropy_coef).ctx(func)?).ctx(func)?;
             }
-            m.entropy = masked_mean(entropy, &mb.completion_mask)? * tokens;
+            m.entropy = masked_sum(func, entropy, &mb.completion_mask)?;
         }
         Ok(Some((loss, m)))
     }
