@@ -26,7 +26,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use atomrl_core::CandleContext;
+use atomrl_core::{CandleContext, ComputeDtype, DeviceSpec};
 use atomrl_loss::{compute_policy_loss, AggOptions, PolicyLossOptions};
 use atomrl_model::{Architecture, CausalLm, ModelConfig};
 use atomrl_optim::{AdamW, AdamWConfig, Gradients};
@@ -39,7 +39,7 @@ use serde_json::{json, Value};
 pub struct BenchArgs {
     /// `cpu`, `cuda` or `cuda:N` (CUDA needs `--features cuda`).
     #[arg(long, default_value = "cpu")]
-    pub device: String,
+    pub device: DeviceSpec,
     /// Model shape: `tiny` (0.1 M parameters), `4m` (3.7 M, the shape of bench_hf_generate.py),
     /// `qwen2.5-0.5b` (494 M) or `wide-vocab` (Qwen's 151,936-token vocabulary on a 64-wide,
     /// 2-layer body: the LM head and log-softmax dominate, to measure their memory on a CPU).
@@ -47,7 +47,7 @@ pub struct BenchArgs {
     pub shape: String,
     /// Compute dtypes to measure (master weights are always f32).
     #[arg(long, value_delimiter = ',', default_value = "f32,bf16")]
-    pub dtypes: Vec<String>,
+    pub dtypes: Vec<ComputeDtype>,
     /// Decode batch sizes.
     #[arg(long, value_delimiter = ',', default_value = "1,16,64,256")]
     pub batches: Vec<usize>,
@@ -109,10 +109,6 @@ pub fn shape_config(shape: &str) -> Result<ModelConfig> {
         c.max_position_embeddings = 32_768;
     }
     Ok(c)
-}
-
-fn select_dtype(name: &str) -> Result<DType> {
-    Ok(atomrl_trainer::runtime::select_dtype(name)?)
 }
 
 /// Bytes one decode step must read at batch `b`: every weight once (a tied embedding counts
@@ -386,7 +382,7 @@ fn gib(bytes: &Value) -> String {
 pub fn run(a: &BenchArgs) -> Result<()> {
     let config = shape_config(&a.shape)?;
     // Before any tensor work: candle sizes its thread pools once.
-    let plan = if a.device.starts_with("cpu") {
+    let plan = if a.device.is_cpu() {
         atomrl_trainer::runtime::cpu_plan(config.num_parameters(), a.threads, a.workers)
     } else {
         atomrl_trainer::runtime::CpuPlan {
@@ -395,7 +391,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         }
     };
     atomrl_trainer::runtime::set_threads(plan.threads);
-    let device = atomrl_trainer::runtime::select_device(&a.device)?;
+    let device = a.device.open()?;
     let bandwidth = 1e9
         * a.bandwidth_gbs
             .unwrap_or(if device.is_cuda() { 3350.0 } else { 20.0 });
@@ -427,7 +423,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     );
     let mut results = Vec::new();
     for name in &a.dtypes {
-        let dtype = select_dtype(name)?;
+        let dtype = name.dtype();
         let m = model(&config, dtype, a.gradient_checkpointing, &device)
             .with_context(|| format!("building the {name} model"))?;
         let mut decode_rows = Vec::new();

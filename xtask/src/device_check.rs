@@ -27,12 +27,12 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use atomrl_core::DeviceSpec;
 use atomrl_logprob::{get_action_log_probs, get_shared_prompt_log_probs, SharedPromptBatch};
 use atomrl_model::{Architecture, CausalLm, ForwardInput, LoraConfig, ModelConfig};
 use atomrl_sample::{generate_samples, SamplingParams};
 use atomrl_trainer::config::load_args;
 use atomrl_trainer::run::run_recipe;
-use atomrl_trainer::runtime::select_device;
 use candle_core::{DType, Device, Tensor, Var};
 use serde_json::json;
 
@@ -41,7 +41,7 @@ use serde_json::json;
 pub struct DeviceCheckArgs {
     /// The device to compare with the CPU: `cuda`, `cuda:N` (needs `--features cuda`) or `cpu`.
     #[arg(long, default_value = "cuda")]
-    pub device: String,
+    pub device: DeviceSpec,
     /// Model folders (Hugging Face layout). Default: the repository's fixture models
     /// (Qwen2, Qwen3, untied Qwen2, Llama, bf16-saved Qwen3) and the embedded model.
     #[arg(long = "model")]
@@ -581,13 +581,13 @@ fn check_decoding(
 }
 
 /// A few GRPO steps of the embedded model on the device; they must run without a skipped step.
-fn check_grpo(device: &str, steps: usize, extra: &[&str]) -> Result<serde_json::Value> {
+fn check_grpo(device: DeviceSpec, steps: usize, extra: &[&str]) -> Result<serde_json::Value> {
     let out = std::env::temp_dir().join(format!("atomrl-device-check-{}", std::process::id()));
     let mut set: Vec<String> = vec![
         format!("model={:?}", embedded_model().display().to_string()),
         "dataset=\"synthetic\"".into(),
         format!("output_dir={:?}", out.display().to_string()),
-        format!("device={device:?}"),
+        format!("device=\"{device}\""),
         format!("max_steps={steps}"),
         "batch_size=4".into(),
         "num_generations=8".into(),
@@ -623,7 +623,7 @@ fn check_grpo(device: &str, steps: usize, extra: &[&str]) -> Result<serde_json::
 
 /// Runs every check; fails when one is out of bounds.
 pub fn run(a: &DeviceCheckArgs) -> Result<Vec<Comparison>> {
-    let device = select_device(&a.device)?;
+    let device = a.device.open()?;
     let scratch =
         std::env::temp_dir().join(format!("atomrl-device-check-models-{}", std::process::id()));
     let models = if a.models.is_empty() {
@@ -645,10 +645,10 @@ pub fn run(a: &DeviceCheckArgs) -> Result<Vec<Comparison>> {
     std::fs::remove_dir_all(&scratch).ok();
     let mut grpo = vec![];
     if a.grpo_steps > 0 {
-        grpo.push(check_grpo(&a.device, a.grpo_steps, &[])?);
+        grpo.push(check_grpo(a.device, a.grpo_steps, &[])?);
         let lora = "lora={r=8, alpha=16.0, target_modules=[\"all-linear\"]}";
         grpo.push(check_grpo(
-            &a.device,
+            a.device,
             a.grpo_steps,
             &["dtype=\"bf16\"", lora, "gradient_checkpointing=true"],
         )?);
@@ -696,7 +696,7 @@ mod tests {
         let scratch =
             std::env::temp_dir().join(format!("atomrl-device-check-test-{}", std::process::id()));
         let args = DeviceCheckArgs {
-            device: "cpu".into(),
+            device: DeviceSpec::Cpu,
             models: vec![
                 default_models()[0].clone(),
                 wide_vocab_model(&scratch).unwrap(),

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod device_check;
+mod hub_serve;
 mod tiny_model;
 
 #[derive(Parser)]
@@ -34,6 +35,9 @@ enum Task {
     /// Write a dataset spec's train and held-out splits as JSONL (e.g. the synthetic problems,
     /// for `xtask/fixtures/trl_grpo_learning.py`).
     Data(DataArgs),
+    /// Serve a local stand-in of the Hugging Face Hub (the fixture model, single-file and
+    /// sharded, and a GSM8K-format dataset) to try downloads offline: set `HF_ENDPOINT` to it.
+    HubServe(hub_serve::HubServeArgs),
 }
 
 #[derive(clap::Args)]
@@ -66,7 +70,8 @@ fn data(a: &DataArgs) -> Result<()> {
     let src = DataSource::parse(&a.dataset).map_err(|e| anyhow::anyhow!("{e}"))?;
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     for split in ["train", "test"] {
-        let examples = src.load(split).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let examples =
+            atomrl_trainer::runtime::load_split(&src, split).map_err(|e| anyhow::anyhow!("{e}"))?;
         let path = a.out.join(format!("{split}.jsonl"));
         write_jsonl(&path, &examples).map_err(|e| anyhow::anyhow!("{e}"))?;
         println!("{}: {} examples", path.display(), examples.len());
@@ -104,6 +109,7 @@ fn main() -> Result<()> {
         Task::DeviceCheck(args) => device_check::run(&args).map(|_| ()),
         Task::Data(args) => data(&args),
         Task::Charts(args) => charts(&args),
+        Task::HubServe(args) => hub_serve::run(&args).map(|_| ()),
     }
 }
 

@@ -157,7 +157,7 @@ pub fn select_split_files<S: AsRef<str>>(
 ///
 /// ```
 /// let s = atomrl_core::hub::split_patterns(Some("main"), "train");
-/// assert!(s.starts_with("main/train-*.parquet"));
+/// assert!(s.starts_with("main/train-*.{parquet,jsonl}"));
 /// ```
 pub fn split_patterns(config: Option<&str>, split: &str) -> String {
     let mut dirs: Vec<String> = config.map(|c| format!("{c}/")).into_iter().collect();

@@ -7,6 +7,8 @@
 //!   [`Inputs`] for the `atomrl-fn` command-line tool.
 //! - [`stage`]: [`RewardBatch`], the rewards that pass from the reward functions to the
 //!   advantages.
+//! - [`device`]: [`DeviceSpec`] (`cpu`, `cuda`, `cuda:N`) and [`ComputeDtype`] (`f32`, `bf16`,
+//!   `f16`), how every command names where and in what precision it computes.
 //! - [`ChatMessage`] (one message of a conversation) and [`hub_cache_dir`] (the Hugging Face
 //!   hub cache folder), shared by data and model loading.
 //!
@@ -18,6 +20,7 @@
 
 pub mod chat;
 pub mod compare;
+pub mod device;
 pub mod error;
 pub mod golden;
 pub mod hub;
@@ -27,6 +30,7 @@ pub mod stage;
 pub mod value;
 
 pub use chat::ChatMessage;
+pub use device::{ComputeDtype, DeviceSpec};
 pub use error::{CandleContext, Error, Result};
 pub use hub::hub_cache_dir;
 pub use registry::{check_example, ArgKind, ArgSpec, AtomicFn, FnSpec, OutputSpec};

@@ -96,6 +96,46 @@ pub fn flat_f64(func: &str, t: &Tensor) -> Result<Vec<f64>> {
         .ctx(func)
 }
 
+/// A one-element tensor of any float dtype as f64 (detached: reading a loss does not extend
+/// its graph).
+///
+/// # Errors
+/// [`Error::Candle`] naming `func` when `t` has more than one element.
+///
+/// ```
+/// let t = candle_core::Tensor::new(2.5f32, &candle_core::Device::Cpu)?;
+/// assert_eq!(atomrl_core::shape::scalar_f64("example", &t)?, 2.5);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn scalar_f64(func: &str, t: &Tensor) -> Result<f64> {
+    t.detach()
+        .to_dtype(DType::F64)
+        .and_then(|x| x.to_scalar::<f64>())
+        .ctx(func)
+}
+
+/// `Σ values · mask` over every element (detached, summed in the tensors' dtype), as f64: the
+/// masked token sums of losses and statistics.
+///
+/// # Errors
+/// [`Error::Candle`] naming `func` when the shapes do not broadcast.
+///
+/// ```
+/// use candle_core::{Device, Tensor};
+/// let values = Tensor::new(&[[1f32, 2., 3.]], &Device::Cpu)?;
+/// let mask = Tensor::new(&[[1f32, 0., 1.]], &Device::Cpu)?;
+/// assert_eq!(atomrl_core::shape::masked_sum("example", &values, &mask)?, 4.0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn masked_sum(func: &str, values: &Tensor, mask: &Tensor) -> Result<f64> {
+    let sum = values
+        .detach()
+        .broadcast_mul(mask)
+        .and_then(|x| x.sum_all())
+        .ctx(func)?;
+    scalar_f64(func, &sum)
+}
+
 /// Formats a flat index as a multi-index: `7` in `[2, 4]` is `"1, 3"`.
 pub fn unravel(mut flat: usize, dims: &[usize]) -> String {
     if dims.len() <= 1 {

@@ -1,6 +1,7 @@
-//! Hub datasets, found in the local Hugging Face hub cache (no network).
+//! Hub datasets, found in the local Hugging Face hub cache (no network: downloading is
+//! `atomrl-hub`'s, which the trainer calls through [`crate::DataSource::load_with`]).
 //!
-//! `huggingface-cli download openai/gsm8k --repo-type dataset` fills
+//! `atomrl-train` or `huggingface-cli download openai/gsm8k --repo-type dataset` fills
 //! `<cache>/datasets--openai--gsm8k/snapshots/<commit>/main/{train,test}-00000-of-00001.parquet`
 //! with `refs/main` holding `<commit>`; this module finds those files.
 

@@ -43,7 +43,7 @@ pub use parquet::load_gsm8k_parquet;
 pub use sampler::{EpochSampler, SamplerState};
 pub use shuffle::{seeded_permutation, SplitMix64};
 pub use source::{DataSource, SYNTHETIC_DEFAULT, SYNTHETIC_DEFAULT_PROBLEMS};
-pub use split::train_eval_split;
+pub use split::{load_splits, load_splits_with, train_eval_split};
 pub use synthetic::{
     synthetic_problems, synthetic_splits, synthetic_splits_with, synthetic_word_problems, Op, Step,
     SyntheticConfig, SyntheticProblem, SYNTHETIC_TEMPLATES,

@@ -230,7 +230,9 @@ impl DataSource {
                 let config = config.as_deref().or(default_config(repo_id));
                 let mut out = Vec::new();
                 for shard in fetch(repo_id, revision.as_deref(), config, split)? {
-                    let jsonl = shard.extension().is_some_and(|e| e == "jsonl" || e == "json");
+                    let jsonl = shard
+                        .extension()
+                        .is_some_and(|e| e == "jsonl" || e == "json");
                     out.extend(if jsonl {
                         load_jsonl(&shard)?
                     } else {

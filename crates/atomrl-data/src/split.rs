@@ -1,9 +1,10 @@
-//! A seeded train / held-out split.
+//! A seeded train / held-out split, and the training and held-out sets of a run.
 
 use atomrl_core::{Error, Result};
 
 use crate::example::Example;
 use crate::shuffle::seeded_permutation;
+use crate::source::DataSource;
 
 /// Splits `examples` into `(train, eval)`: a seeded shuffle ([`seeded_permutation`]), then the
 /// first `eval_size` examples of the shuffled order are `eval` and the rest `train` (both in
@@ -45,6 +46,72 @@ pub fn train_eval_split(
     let eval: Vec<Example> = shuffled.by_ref().take(eval_size).collect();
     let train: Vec<Example> = shuffled.collect();
     Ok((train, eval))
+}
+
+/// The training and held-out examples of a run: the `train` split of `dataset`, and the
+/// `test` split of `eval_dataset` when given (its first `eval_size` examples when that is not
+/// 0), else `eval_size` examples split off the training data with [`train_eval_split`] (none
+/// when 0). Sources are parsed with [`DataSource::parse`].
+///
+/// # Errors
+/// Unparsable or unloadable sources; an `eval_size` that leaves no training example.
+///
+/// ```
+/// use atomrl_data::load_splits;
+/// let (train, eval) = load_splits("synthetic:40:5:3", None, 4, 7)?;
+/// assert_eq!((train.len(), eval.len()), (40 - 4, 4));
+/// let (train, eval) = load_splits("synthetic:40:5:3", Some("synthetic:40:5:3"), 0, 7)?;
+/// assert_eq!((train.len(), eval.len()), (40, 5));
+/// # Ok::<(), atomrl_core::Error>(())
+/// ```
+pub fn load_splits(
+    dataset: &str,
+    eval_dataset: Option<&str>,
+    eval_size: usize,
+    seed: u64,
+) -> Result<(Vec<Example>, Vec<Example>)> {
+    load_splits_with(dataset, eval_dataset, eval_size, seed, &|source, split| {
+        source.load(split)
+    })
+}
+
+/// [`load_splits`] with each source loaded by `load(source, split)` — for a caller that
+/// fetches hub datasets itself (the trainer passes one that downloads them, through
+/// [`DataSource::load_with`]).
+///
+/// # Errors
+/// As [`load_splits`], and those of `load`.
+///
+/// ```
+/// use atomrl_data::{load_splits_with, DataSource};
+/// let mut asked = std::cell::RefCell::new(Vec::new());
+/// let load = |s: &DataSource, split: &str| {
+///     asked.borrow_mut().push(split.to_string());
+///     s.load(split)
+/// };
+/// let (train, eval) = load_splits_with("synthetic:40:5:3", Some("synthetic:40:5:3"), 0, 7, &load)?;
+/// assert_eq!((train.len(), eval.len(), asked.take()), (40, 5, vec!["train".into(), "test".into()]));
+/// # Ok::<(), atomrl_core::Error>(())
+/// ```
+pub fn load_splits_with(
+    dataset: &str,
+    eval_dataset: Option<&str>,
+    eval_size: usize,
+    seed: u64,
+    load: &dyn Fn(&DataSource, &str) -> Result<Vec<Example>>,
+) -> Result<(Vec<Example>, Vec<Example>)> {
+    let train = load(&DataSource::parse(dataset)?, "train")?;
+    match eval_dataset {
+        Some(eval) => {
+            let mut eval = load(&DataSource::parse(eval)?, "test")?;
+            if eval_size > 0 {
+                eval.truncate(eval_size);
+            }
+            Ok((train, eval))
+        }
+        None if eval_size > 0 => train_eval_split(train, eval_size, seed),
+        None => Ok((train, Vec::new())),
+    }
 }
 
 #[cfg(test)]

@@ -246,7 +246,8 @@ fn resolves_the_real_gsm8k_layout_through_refs_main() {
     let (path, message) = file_error(src.load_from_cache(&cache, "validation").unwrap_err());
     assert!(path.contains("snapshots/0123456789abcdef"), "{path}");
     assert!(
-        message.contains("no `validation` split") && message.contains("main/validation-*.parquet"),
+        message.contains("no `validation` split")
+            && message.contains("main/validation-*.{parquet,jsonl}"),
         "{message}"
     );
     std::fs::remove_dir_all(&cache).unwrap();

@@ -42,7 +42,10 @@ impl Client {
     pub(crate) fn model(&self, spec: &RepoSpec) -> Result<PathBuf> {
         let repo = self.repo(RepoKind::Model, spec);
         let (sha, listing) = self.listing(&repo, RepoKind::Model, spec)?;
-        if !listing.iter().any(|f| f == "config.json" || f == "adapter_config.json") {
+        if !listing
+            .iter()
+            .any(|f| f == "config.json" || f == "adapter_config.json")
+        {
             return Err(Error::file(
                 spec,
                 "has no config.json or adapter_config.json: not a model repository",
@@ -51,9 +54,10 @@ impl Client {
         let mut wanted = model_files(&listing, &[]);
         if let Some(index) = wanted.iter().find(|f| f.ends_with(".index.json")).cloned() {
             let path = self.fetch(&repo, RepoKind::Model, spec, &sha, &index)?;
-            let text = std::fs::read_to_string(&path).map_err(|e| Error::file(path.display(), e))?;
-            let shards = index_shards(&text)
-                .map_err(|e| Error::file(format!("{spec}/{index}"), e))?;
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| Error::file(path.display(), e))?;
+            let shards =
+                index_shards(&text).map_err(|e| Error::file(format!("{spec}/{index}"), e))?;
             if let Some(absent) = shards.iter().find(|s| !listing.contains(s)) {
                 return Err(Error::file(
                     format!("{spec}/{index}"),
@@ -69,7 +73,10 @@ impl Client {
         }
         let snapshot = snapshot.ok_or_else(|| Error::file(spec, "no file downloaded"))?;
         model_files_complete(&snapshot).map_err(|missing| {
-            Error::file(spec, format!("the repository has no {missing}: not a loadable model"))
+            Error::file(
+                spec,
+                format!("the repository has no {missing}: not a loadable model"),
+            )
         })?;
         Ok(snapshot)
     }
@@ -94,12 +101,17 @@ impl Client {
                 spec,
                 format!(
                     "no `{split}` split{} (looked for {}; data files: {})",
-                    config.map(|c| format!(" of config `{c}`")).unwrap_or_default(),
+                    config
+                        .map(|c| format!(" of config `{c}`"))
+                        .unwrap_or_default(),
                     atomrl_core::hub::split_patterns(config, split),
                     if data.is_empty() {
                         "none".to_string()
                     } else {
-                        data.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                        data.iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     }
                 ),
             ));
@@ -173,7 +185,13 @@ impl Client {
     }
 
     /// One line naming the repository (and file) for a failed request.
-    fn describe(&self, err: ApiError, kind: RepoKind, spec: &RepoSpec, file: Option<&str>) -> Error {
+    fn describe(
+        &self,
+        err: ApiError,
+        kind: RepoKind,
+        spec: &RepoSpec,
+        file: Option<&str>,
+    ) -> Error {
         let what = match (kind, file) {
             (RepoKind::Model, None) => format!("model `{spec}`"),
             (RepoKind::Dataset, None) => format!("dataset `{spec}`"),
@@ -188,16 +206,22 @@ impl Client {
             ApiError::RequestError(e) => match *e {
                 ureq::Error::Status(code, response) => {
                     let error_code = response.header("X-Error-Code").unwrap_or("").to_string();
-                    status_message(code, &error_code, &what, spec, self.settings.token.is_some())
+                    status_message(
+                        code,
+                        &error_code,
+                        &what,
+                        spec,
+                        self.settings.token.is_some(),
+                    )
                 }
                 ureq::Error::Transport(t) => format!(
                     "cannot reach {endpoint} ({t}); check the network or HF_ENDPOINT, or set \
                      HF_HUB_OFFLINE=1 to use the hub cache only"
                 ),
             },
-            ApiError::TooManyRetries(e) => format!(
-                "download of {what} failed {RETRIES} times ({e}); run again to resume it"
-            ),
+            ApiError::TooManyRetries(e) => {
+                format!("download of {what} failed {RETRIES} times ({e}); run again to resume it")
+            }
             ApiError::LockAcquisition(p) => format!(
                 "another process is downloading {what} (lock {}); wait for it and run again",
                 p.display()
@@ -209,7 +233,13 @@ impl Client {
 }
 
 /// The message for an HTTP error status (with the Hub's `X-Error-Code`).
-fn status_message(code: u16, error_code: &str, what: &str, spec: &RepoSpec, has_token: bool) -> String {
+fn status_message(
+    code: u16,
+    error_code: &str,
+    what: &str,
+    spec: &RepoSpec,
+    has_token: bool,
+) -> String {
     let token_hint = if has_token {
         "the token given (HF_TOKEN or the token file) has no access to it"
     } else {
@@ -248,7 +278,11 @@ mod tests {
         let m = status_message(403, "", "model `org/x@v2`", &spec, true);
         assert!(m.contains("no access"), "{m}");
         assert_eq!(
-            snapshot_of(Path::new("/c/snapshots/abc/main/t.parquet"), "main/t.parquet").unwrap(),
+            snapshot_of(
+                Path::new("/c/snapshots/abc/main/t.parquet"),
+                "main/t.parquet"
+            )
+            .unwrap(),
             Path::new("/c/snapshots/abc")
         );
     }

@@ -79,7 +79,9 @@ pub(crate) fn index_shards(index_json: &str) -> Result<Vec<String>, String> {
         .ok_or("no `weight_map` object")?;
     let mut shards: Vec<String> = Vec::new();
     for file in map.values() {
-        let name = file.as_str().ok_or("a `weight_map` value is not a string")?;
+        let name = file
+            .as_str()
+            .ok_or("a `weight_map` value is not a string")?;
         if name.contains("..") || name.starts_with('/') || name.is_empty() {
             return Err(format!("bad shard name `{name}`"));
         }
@@ -140,7 +142,11 @@ mod tests {
     #[test]
     fn adapter_repo() {
         let files = model_files(
-            &["adapter_config.json", "adapter_model.safetensors", "README.md"],
+            &[
+                "adapter_config.json",
+                "adapter_model.safetensors",
+                "README.md",
+            ],
             &[],
         );
         assert_eq!(files, ["adapter_config.json", "adapter_model.safetensors"]);

@@ -50,7 +50,11 @@ impl hf_hub::api::Progress for FileProgress {
         match self.bar.take() {
             Some(bar) => bar.finish(),
             None if self.enabled => {
-                eprintln!("downloaded {} ({})", self.label, HumanBytes(self.size as u64));
+                eprintln!(
+                    "downloaded {} ({})",
+                    self.label,
+                    HumanBytes(self.size as u64)
+                );
             }
             None => {}
         }

@@ -62,8 +62,7 @@ impl RepoSpec {
             !p.is_empty()
                 && !p.starts_with('.')
                 && p.len() <= 96
-                && p
-                    .chars()
+                && p.chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         };
         let parts: Vec<&str> = id.split('/').collect();
@@ -116,7 +115,9 @@ mod tests {
         let s = RepoSpec::parse("org/tiny@abc").unwrap();
         assert_eq!(s.to_string(), "org/tiny@abc");
         assert_eq!(RepoSpec::parse("org/tiny").unwrap().to_string(), "org/tiny");
-        for bad in ["", "/x", "a/", "a/b/c", "../x", "a/b@", "a b/c", "a/b@x/y", "./a"] {
+        for bad in [
+            "", "/x", "a/", "a/b/c", "../x", "a/b@", "a b/c", "a/b@x/y", "./a",
+        ] {
             let err = RepoSpec::parse(bad).unwrap_err().to_string();
             assert!(err.contains("org/name[@revision]"), "{bad}: {err}");
         }

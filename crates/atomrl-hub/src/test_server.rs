@@ -275,7 +275,9 @@ impl Response {
                 ("X-Error-Code", code.to_string()),
                 ("Content-Type", "application/json".into()),
             ],
-            body: serde_json::json!({ "error": message }).to_string().into_bytes(),
+            body: serde_json::json!({ "error": message })
+                .to_string()
+                .into_bytes(),
             fault: None,
         }
     }
@@ -396,7 +398,8 @@ fn resolve(
         Some(Some(r)) => r,
         Some(None) => {
             let mut r = Response::error(416, "RangeNotSatisfiable", "bad range");
-            r.headers.push(("Content-Range", format!("bytes */{total}")));
+            r.headers
+                .push(("Content-Range", format!("bytes */{total}")));
             return r;
         }
     };
@@ -512,7 +515,9 @@ pub fn sharded_model_files(dir: &Path, shards: usize) -> std::io::Result<Vec<(St
     use safetensors::SafeTensors;
     let err = |e: safetensors::SafeTensorError| std::io::Error::other(e.to_string());
     let mut out = Vec::new();
-    for name in atomrl_core::hub::list_files(dir).map_err(|e| std::io::Error::other(e.to_string()))? {
+    for name in
+        atomrl_core::hub::list_files(dir).map_err(|e| std::io::Error::other(e.to_string()))?
+    {
         if name != "model.safetensors" {
             out.push((name.clone(), std::fs::read(dir.join(&name))?));
         }
@@ -533,7 +538,8 @@ pub fn sharded_model_files(dir: &Path, shards: usize) -> std::io::Result<Vec<(St
         }
         out.push((file, safetensors::serialize(views, None).map_err(err)?));
     }
-    let index = serde_json::json!({ "metadata": { "total_size": bytes.len() }, "weight_map": weight_map });
+    let index =
+        serde_json::json!({ "metadata": { "total_size": bytes.len() }, "weight_map": weight_map });
     out.push((
         "model.safetensors.index.json".into(),
         index.to_string().into_bytes(),

@@ -155,11 +155,3 @@ pub(crate) fn positive(func: &str, name: &str, x: f64) -> Result<()> {
         Err(Error::value(func, name, "> 0 and finite", x))
     }
 }
-
-/// A f64 scalar from a rank-0 tensor.
-pub(crate) fn scalar(func: &str, t: &Tensor) -> Result<f64> {
-    t.detach()
-        .to_dtype(candle_core::DType::F64)
-        .and_then(|s| s.to_scalar::<f64>())
-        .ctx(func)
-}

@@ -5,12 +5,12 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-use atomrl_core::shape::{expect_float, flat_f64};
+use atomrl_core::shape::{expect_float, flat_f64, scalar_f64};
 use atomrl_core::{CandleContext, Error, Result};
 use candle_core::Tensor;
 
 use crate::agg::{aggregate_masked, AggOptions};
-use crate::check::{check_mask, checked_tokens, non_negative, scalar, TokenMask};
+use crate::check::{check_mask, checked_tokens, non_negative, TokenMask};
 
 const FUNC: &str = "compute_policy_loss";
 
@@ -271,7 +271,7 @@ pub fn compute_policy_loss(
     let ratio_mean = m.mean_of(FUNC, &ratio)?;
     let ratio_max = {
         let floor = ratio.zeros_like().ctx(FUNC)?; // ratios are > 0, so 0 never wins
-        scalar(
+        scalar_f64(
             FUNC,
             &m.pred
                 .where_cond(&ratio.detach(), &floor)

@@ -2,11 +2,11 @@
 
 use atomrl_core::{ArgSpec, AtomicFn, FnSpec, Inputs, OutputSpec, Outputs, Result};
 
-use crate::check::scalar;
 use crate::{
     aggregate_loss, compute_kl_penalty, compute_policy_loss, entropy_from_logits, AggOptions,
     KlEstimator, LossAgg, PolicyLossOptions, RatioLevel, DEFAULT_CLIP_HIGH, DEFAULT_CLIP_LOW,
 };
+use atomrl_core::shape::scalar_f64;
 
 /// The functions this crate registers with `atomrl-fn`.
 pub fn functions() -> Vec<AtomicFn> {
@@ -67,7 +67,7 @@ fn run_compute_sft_loss(inputs: &Inputs) -> Result<Outputs> {
     let mask = inputs.opt_float_tensor("mask")?;
     let out = crate::compute_sft_loss_from_logits(&logits, &labels, mask.as_ref())?;
     Ok(Outputs::new()
-        .scalar("loss", scalar(inputs.func(), &out.loss)?)
+        .scalar("loss", scalar_f64(inputs.func(), &out.loss)?)
         .tensor("per_token_loss", &out.per_token_loss)
         .int("num_tokens", out.num_tokens as i64))
 }
@@ -162,7 +162,7 @@ fn run_compute_policy_loss(inputs: &Inputs) -> Result<Outputs> {
         &opts,
     )?;
     let mut o = Outputs::new()
-        .scalar("loss", scalar(func, &out.loss)?)
+        .scalar("loss", scalar_f64(func, &out.loss)?)
         .tensor("per_token_loss", &out.per_token_loss)
         .scalar("clip_frac", out.clip_frac)
         .scalar("clip_frac_low", out.clip_frac_low)
@@ -212,7 +212,7 @@ fn run_compute_kl_penalty(inputs: &Inputs) -> Result<Outputs> {
     )?;
     Ok(Outputs::new()
         .tensor("kl", &out.kl)
-        .scalar("kl_mean", scalar(func, &out.kl_mean)?))
+        .scalar("kl_mean", scalar_f64(func, &out.kl_mean)?))
 }
 
 const AGGREGATE_LOSS: FnSpec = FnSpec {
@@ -248,7 +248,7 @@ fn run_aggregate_loss(inputs: &Inputs) -> Result<Outputs> {
         &inputs.float_tensor("mask")?,
         &agg_options(inputs)?,
     )?;
-    Ok(Outputs::new().scalar("loss", scalar(inputs.func(), &loss)?))
+    Ok(Outputs::new().scalar("loss", scalar_f64(inputs.func(), &loss)?))
 }
 
 const ENTROPY_FROM_LOGITS: FnSpec = FnSpec {

@@ -616,6 +616,41 @@ impl CausalLm {
         view
     }
 
+    /// A deep copy of the base weights in new storage, with the same master and compute
+    /// dtypes: later updates of this model do not reach it, and its outputs equal this
+    /// model's now exactly (so a KL against it starts at exactly 0, whether this model was
+    /// loaded from disk or built or changed in memory). Attached LoRA adapters are not
+    /// copied: the copy is the base model, what TRL's reference model is (the policy with its
+    /// adapter disabled).
+    ///
+    /// # Errors
+    /// [`Error::Candle`] when the copy cannot be allocated.
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig, ForwardInput};
+    /// # use candle_core::{Device, Tensor};
+    /// # let c = ModelConfig::new(Architecture::Qwen2, 8, 4, 4, 1, 1, 1)?;
+    /// let m = CausalLm::from_config_random(c, 0, candle_core::DType::F32, &Device::Cpu)?;
+    /// let frozen = m.frozen_copy()?;
+    /// for (_, v) in m.named_vars() {
+    ///     v.set(&v.as_tensor().zeros_like()?)?; // an update of the policy...
+    /// }
+    /// let (name, _) = &m.named_vars()[0];
+    /// assert!(frozen.tensor(name).unwrap().abs()?.sum_all()?.to_scalar::<f32>()? > 0.0); // ...does not reach the copy
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn frozen_copy(&self) -> Result<Self> {
+        let tensors = self
+            .named_vars()
+            .into_iter()
+            .map(|(name, var)| var.as_tensor().copy().map(|t| (name, t)))
+            .collect::<candle_core::Result<HashMap<_, _>>>()
+            .ctx("CausalLm::frozen_copy")?;
+        let mut copy = Self::from_tensors(self.config.clone(), tensors, self.dtype, &self.device)?;
+        copy.set_compute_dtype(self.compute_dtype())?;
+        Ok(copy)
+    }
+
     /// A [`CausalLm::detached`] view for generating. On a GPU, RMSNorm, the attention softmax
     /// and RoPE run candle-nn's fused forward-only kernels (one launch instead of five to
     /// seven each: about a third of a decode step's launches), and attention multiplies the

@@ -3,12 +3,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use atomrl_core::{Error, Result};
+use atomrl_core::{CandleContext, Error, Result};
 use candle_core::{DType, Tensor};
 use serde_json::{json, Value};
 
 use crate::model::CausalLm;
-use crate::weights::{save_safetensors, WEIGHTS_FILE};
+use crate::weights::{load_safetensors_dir, save_safetensors, WEIGHTS_FILE};
 
 /// Files copied from the source folder when present (tokenizer and generation settings).
 pub const COPIED_FILES: [&str; 8] = [
@@ -93,6 +93,41 @@ impl CausalLm {
                 "eos_token_id": raw.get("eos_token_id").cloned().unwrap_or(Value::Null),
             });
             write_json(&gen, &v)?;
+        }
+        Ok(())
+    }
+
+    /// Sets this model's weights, in place, to those of the Hugging Face folder `dir` (as
+    /// [`CausalLm::save_hf`] writes them): resuming a full fine-tuning run, whose optimizer
+    /// holds these very variables, so a new model would not do.
+    ///
+    /// # Errors
+    /// [`Error::File`] for unreadable weights or a weight of the model the folder lacks;
+    /// [`Error::Candle`] for a weight of another shape.
+    ///
+    /// ```
+    /// use atomrl_model::{Architecture, CausalLm, ModelConfig};
+    /// use candle_core::{DType, Device};
+    /// let c = ModelConfig::new(Architecture::Qwen2, 16, 8, 8, 1, 2, 1)?;
+    /// let saved = CausalLm::from_config_random(c.clone(), 0, DType::F32, &Device::Cpu)?;
+    /// let out = std::env::temp_dir().join("atomrl_model_doctest_load_weights");
+    /// saved.save_hf(&out)?;
+    /// let m = CausalLm::from_config_random(c, 1, DType::F32, &Device::Cpu)?;
+    /// m.load_weights(&out)?;
+    /// let name = "model.embed_tokens.weight";
+    /// let diff = (m.tensor(name).unwrap() - saved.tensor(name).unwrap())?.abs()?.sum_all()?;
+    /// assert_eq!(diff.to_scalar::<f32>()?, 0.0);
+    /// assert!(m.load_weights(std::env::temp_dir().join("atomrl_no_such_dir")).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn load_weights(&self, dir: impl AsRef<Path>) -> Result<()> {
+        let dir = dir.as_ref();
+        let weights = load_safetensors_dir(dir, self.dtype, &self.device)?;
+        for (name, var) in self.named_vars() {
+            let t = weights.get(&name).ok_or_else(|| {
+                Error::file(dir.display(), format!("checkpoint lacks weight `{name}`"))
+            })?;
+            var.set(t).ctx("CausalLm::load_weights")?;
         }
         Ok(())
     }

@@ -160,6 +160,8 @@ fn hub_cache_layout_loads_offline() {
     for f in ["config.json", "model.safetensors", "tokenizer.json"] {
         std::fs::copy(model_dir("tiny-qwen3").join(f), snap.join(f)).unwrap();
     }
+    // Cache only: no test touches the network.
+    std::env::set_var("HF_HUB_OFFLINE", "1");
     let m = CausalLm::from_hub_cache(&cache, "atomrl/tiny-qwen3", None, DType::F32, &Device::Cpu)
         .unwrap();
     assert_eq!(m.config().vocab_size, 512);
@@ -179,7 +181,10 @@ fn hub_cache_layout_loads_offline() {
         &Device::Cpu,
     )
     .unwrap_err();
-    assert!(e.to_string().contains("revision `v2`"), "{e}");
+    assert!(
+        e.to_string().contains("atomrl/tiny-qwen3@v2") && e.to_string().contains("HF_HUB_OFFLINE"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -30,4 +30,4 @@ mod schedule;
 
 pub use adamw::{AdamW, AdamWConfig};
 pub use grads::Gradients;
-pub use schedule::{budget_schedule_step, learning_rate, warmup_steps, LrSchedule};
+pub use schedule::{budget_schedule_step, learning_rate, warmup_steps, LrSchedule, RunSchedule};

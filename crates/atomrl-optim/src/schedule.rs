@@ -98,6 +98,78 @@ pub fn budget_schedule_step(
     step.max(by_time.floor() as usize).min(total - 1)
 }
 
+/// The learning rate of each step of one run (one invocation: a resumed run starts its own):
+/// warm-up, then `schedule` over the steps or, with `on_budget`, over whichever of the steps
+/// and the time budget runs out first (see [`budget_schedule_step`]).
+///
+/// ```
+/// use atomrl_optim::{LrSchedule, RunSchedule};
+/// let s = RunSchedule {
+///     schedule: LrSchedule::Linear,
+///     peak_lr: 1.0,
+///     min_lr_ratio: 0.0,
+///     warmup: 0,
+///     total: 11,
+///     start_step: 0,
+///     budget_s: 0.0,
+///     on_budget: false,
+///     started: std::time::Instant::now(),
+/// };
+/// assert_eq!((s.lr_at(0), s.lr_at(5), s.lr_at(10)), (1.0, 0.5, 0.0));
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct RunSchedule {
+    /// The schedule after warm-up.
+    pub schedule: LrSchedule,
+    /// The peak learning rate.
+    pub peak_lr: f64,
+    /// The final learning rate as a share of `peak_lr` (linear and cosine).
+    pub min_lr_ratio: f64,
+    /// Warm-up steps (see [`warmup_steps`]).
+    pub warmup: usize,
+    /// Optimizer steps of the whole run.
+    pub total: usize,
+    /// The step this invocation starts at (0, or the resumed one).
+    pub start_step: usize,
+    /// Seconds the steps of this invocation share (0: no budget, the schedule follows the
+    /// steps).
+    pub budget_s: f64,
+    /// Lay the schedule over the budget too (`lr_schedule_on_budget`).
+    pub on_budget: bool,
+    /// When the steps started: the budget's clock. Starting it at the first step rather than
+    /// at launch means a machine fast enough for the steps stays on the step schedule from
+    /// the start.
+    pub started: std::time::Instant,
+}
+
+impl RunSchedule {
+    /// The learning rate of the step after `done` completed steps (see [`RunSchedule`] for an
+    /// example).
+    pub fn lr_at(&self, done: usize) -> f64 {
+        let step = if self.on_budget {
+            let elapsed = self.started.elapsed().as_secs_f64();
+            budget_schedule_step(
+                done,
+                self.start_step,
+                self.total,
+                self.warmup,
+                elapsed,
+                self.budget_s,
+            )
+        } else {
+            done
+        };
+        learning_rate(
+            self.schedule,
+            self.peak_lr,
+            self.warmup,
+            self.total,
+            self.min_lr_ratio,
+            step,
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

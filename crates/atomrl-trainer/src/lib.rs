@@ -9,14 +9,13 @@
 //!   accumulation and clipping.
 //! - [`grpo`]: [`GRPOTrainer`], the GRPO / DAPO loop.
 //! - [`checkpoint`]: atomic HF-format checkpoints with the trainer state, for exact resume.
-//! - [`runtime`]: device, dtype, threads, model and tokenizer loading.
+//! - [`runtime`]: the CPU plan (threads, workers), model and tokenizer loading.
 
 #![deny(missing_docs)]
 
 pub mod checkpoint;
 pub mod config;
 pub mod grpo;
-pub mod infer;
 pub mod parallel;
 mod recipe;
 pub mod run;

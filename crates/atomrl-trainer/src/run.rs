@@ -4,7 +4,7 @@ use atomrl_core::Result;
 
 use crate::config::{build_rewards, GRPOArgs, Recipe};
 use crate::grpo::{GRPOTrainer, TrainSummary};
-use crate::runtime::{load_policy, select_device, set_threads};
+use crate::runtime::{load_policy, set_threads};
 
 /// Loads the model, tokenizer, rewards and data of `args` and trains.
 ///
@@ -13,7 +13,7 @@ use crate::runtime::{load_policy, select_device, set_threads};
 pub fn run_recipe(mut args: GRPOArgs) -> Result<TrainSummary> {
     plan_cpu(&mut args);
     set_threads(args.threads);
-    let device = select_device(&args.device.to_string())?;
+    let device = args.device.open()?;
     let (model, tokenizer) = load_policy(&args, &device)?;
     match args.recipe {
         Recipe::Sft => crate::grpo::Trainer::sft(args, model, tokenizer)?.train(),

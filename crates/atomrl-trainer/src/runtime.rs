@@ -1,57 +1,16 @@
-//! Building what a run computes with: the device, the model (local folder or hub id, with
-//! optional LoRA) and its tokenizer.
+//! What a run computes with: the CPU plan (threads, workers, allocator), the model (local
+//! folder or hub id, with optional LoRA) and its tokenizer. The device is
+//! [`atomrl_core::DeviceSpec::open`].
 
 use std::path::PathBuf;
 
-use atomrl_core::{Error, Result};
+use atomrl_core::Result;
 use atomrl_model::{CausalLm, LoraConfig};
 use atomrl_sample::ChatTokenizer;
 use candle_core::{DType, Device};
 
-use crate::config::{ComputeDtype, DeviceSpec, GRPOArgs};
+use crate::config::GRPOArgs;
 use crate::data::{DataSource, Example};
-
-/// The device named by `device` (`cpu`, `cuda`, `cuda:N`).
-///
-/// # Errors
-/// [`Error::Value`] for an unknown name, a CUDA device in a build without the `cuda` feature
-/// (saying how to build with it), or a CUDA device that cannot be opened.
-///
-/// ```
-/// assert!(atomrl_trainer::runtime::select_device("cpu")?.is_cpu());
-/// assert!(atomrl_trainer::runtime::select_device("tpu").is_err());
-/// # Ok::<(), atomrl_core::Error>(())
-/// ```
-pub fn select_device(device: &str) -> Result<Device> {
-    let ordinal = match device.parse::<DeviceSpec>()? {
-        DeviceSpec::Cpu => return Ok(Device::Cpu),
-        DeviceSpec::Cuda(n) => n.unwrap_or(0),
-    };
-    if !candle_core::utils::cuda_is_available() {
-        return Err(Error::value(
-            "device",
-            "device",
-            "a device this binary supports (rebuild with `--features cuda` for CUDA)",
-            device,
-        ));
-    }
-    Device::new_cuda(ordinal).map_err(|e| {
-        Error::value(
-            "device",
-            "device",
-            "an available CUDA device",
-            format!("{device}: {e}"),
-        )
-    })
-}
-
-/// The dtype named by `dtype` (`f32`, `bf16`, `f16`).
-///
-/// # Errors
-/// [`Error::UnknownChoice`] for another name.
-pub fn select_dtype(dtype: &str) -> Result<DType> {
-    Ok(dtype.parse::<ComputeDtype>()?.dtype())
-}
 
 /// Keeps freed tensor buffers in the process instead of returning them to the OS.
 ///
@@ -157,7 +116,7 @@ pub fn set_threads(threads: usize) {
 /// `hub` feature, on by default; [`atomrl_hub::resolve_model`]).
 ///
 /// # Errors
-/// [`Error::File`] naming the repository and file (unknown, gated, unreachable, offline).
+/// [`atomrl_core::Error::File`] naming the repository and file (unknown, gated, unreachable, offline).
 pub fn resolve_model_dir(model: &str) -> Result<PathBuf> {
     atomrl_hub::model_dir(model)
 }
@@ -173,7 +132,12 @@ pub fn load_split(source: &DataSource, split: &str) -> Result<Vec<Example>> {
             id: id.to_string(),
             revision: revision.unwrap_or("main").to_string(),
         };
-        atomrl_hub::resolve_dataset_split(&spec, config, split, &atomrl_hub::HubSettings::from_env())
+        atomrl_hub::resolve_dataset_split(
+            &spec,
+            config,
+            split,
+            &atomrl_hub::HubSettings::from_env(),
+        )
     })
 }
 

@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use atomrl_core::shape::masked_sum;
 use atomrl_core::{Error, Result};
 use atomrl_logprob::get_action_log_probs;
 use atomrl_loss::compute_sft_loss;
@@ -14,7 +15,7 @@ use atomrl_sample::ChatTokenizer;
 use crate::config::GRPOArgs;
 use crate::data::{EpochSampler, Example};
 use crate::grpo::accumulate::accumulate_and_step_hooked;
-use crate::grpo::{masked_sum, StepSettings, Trainer, TrainingBatch};
+use crate::grpo::{StepSettings, Trainer, TrainingBatch};
 use crate::logging::{keys, MetricRow};
 use crate::recipe::RecipeStep;
 
@@ -103,7 +104,7 @@ impl Trainer {
                 false,
             )?
             .log_probs;
-            nll -= masked_sum(&lp, &batch.completion_mask, func)?;
+            nll -= masked_sum(func, &lp, &batch.completion_mask)?;
             tokens += batch.completion_tokens(func)?;
         }
         Ok(if tokens > 0.0 { nll / tokens } else { f64::NAN })
@@ -188,7 +189,7 @@ fn micro_loss(
         false,
     )?
     .log_probs;
-    let finite = masked_sum(&lp, &mb.completion_mask, "sft_step")?;
+    let finite = masked_sum("sft_step", &lp, &mb.completion_mask)?;
     if !finite.is_finite() {
         return Ok(None);
     }

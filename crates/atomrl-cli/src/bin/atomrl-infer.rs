@@ -9,9 +9,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Result};
+use atomrl_cli::infer::Answerer;
+use atomrl_core::DeviceSpec;
 use atomrl_trainer::data::{load_jsonl, Example, Prompt};
-use atomrl_trainer::infer::Answerer;
-use atomrl_trainer::runtime::{select_device, set_threads};
+use atomrl_trainer::runtime::set_threads;
 use clap::Parser;
 
 /// Answer questions with a checkpoint (full model or LoRA adapter), through its chat template.
@@ -35,9 +36,9 @@ struct Cli {
     /// A system prompt put before each question.
     #[arg(long)]
     system_prompt: Option<String>,
-    /// `cpu` or `cuda:N`.
+    /// `cpu`, `cuda` or `cuda:N`.
     #[arg(long, default_value = "cpu")]
-    device: String,
+    device: DeviceSpec,
     /// Compute threads (0 = all cores).
     #[arg(long, default_value_t = 0)]
     threads: usize,
@@ -61,7 +62,7 @@ fn run(cli: Cli) -> Result<()> {
         (None, Some(f)) => load_jsonl(f)?,
         _ => bail!("give either a question or --file questions.jsonl"),
     };
-    let device = select_device(&cli.device)?;
+    let device = cli.device.open()?;
     let answerer = Answerer::load(
         &cli.checkpoint,
         &device,

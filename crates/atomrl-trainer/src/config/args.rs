@@ -4,8 +4,9 @@ use serde::{Deserialize, Serialize};
 
 pub use atomrl_optim::LrSchedule;
 
-use super::choices::{ComputeDtype, DeviceSpec, Resume};
+use super::resume::Resume;
 use atomrl_advantage::AdvantageMode;
+use atomrl_core::{ComputeDtype, DeviceSpec};
 use atomrl_loss::{KlEstimator, LossAgg, RatioLevel};
 
 /// Which recipe a run follows; each one is a preset of [`GRPOArgs`] defaults.
@@ -27,11 +28,7 @@ impl Recipe {
 
     /// The name of this recipe.
     pub fn name(self) -> &'static str {
-        match self {
-            Self::Grpo => "grpo",
-            Self::Dapo => "dapo",
-            Self::Sft => "sft",
-        }
+        Self::NAMES[self as usize]
     }
 }
 
@@ -256,7 +253,8 @@ pub struct GRPOArgs {
 }
 
 impl GRPOArgs {
-    /// The defaults of `recipe`.
+    /// The defaults of `recipe`, from its preset file (`presets/*.toml`, embedded in the
+    /// crate).
     ///
     /// ```
     /// use atomrl_trainer::config::{GRPOArgs, Recipe};
@@ -264,7 +262,22 @@ impl GRPOArgs {
     /// assert_eq!((dapo.clip_high, dapo.loss_agg.name(), dapo.dynamic_sampling, dapo.beta), (0.28, "token_mean", true, 0.0));
     /// ```
     pub fn preset(recipe: Recipe) -> Self {
-        let grpo = Self {
+        // The files are part of the crate, not user input, and a test loads every one of
+        // them: a failure here is a bug in a preset file.
+        toml::Value::Table(super::load::preset_table(recipe))
+            .try_into()
+            .unwrap_or_else(|e| panic!("presets/{recipe}.toml: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The presets as they were written in Rust before they moved to `presets/*.toml`: the
+    /// files must give exactly these values.
+    fn old_preset(recipe: Recipe) -> GRPOArgs {
+        let grpo = GRPOArgs {
             recipe,
             model: String::new(),
             dataset: String::new(),
@@ -341,7 +354,7 @@ impl GRPOArgs {
         };
         match recipe {
             Recipe::Grpo => grpo,
-            Recipe::Dapo => Self {
+            Recipe::Dapo => GRPOArgs {
                 clip_low: 0.2,
                 clip_high: 0.28,
                 loss_agg: LossAgg::TokenMean,
@@ -351,13 +364,20 @@ impl GRPOArgs {
                 beta: 0.0,
                 ..grpo
             },
-            Recipe::Sft => Self {
+            Recipe::Sft => GRPOArgs {
                 num_generations: 1,
                 lr: 2e-5,
                 loss_agg: LossAgg::TokenMean,
                 rewards: Vec::new(),
                 ..grpo
             },
+        }
+    }
+
+    #[test]
+    fn every_preset_loads_with_its_former_values() {
+        for recipe in [Recipe::Grpo, Recipe::Dapo, Recipe::Sft] {
+            assert_eq!(GRPOArgs::preset(recipe), old_preset(recipe), "{recipe}");
         }
     }
 }

@@ -6,7 +6,8 @@ use std::str::FromStr;
 use atomrl_core::{Error, Result};
 
 use super::args::{GRPOArgs, Recipe};
-use super::choices::{DeviceSpec, Resume};
+use super::resume::Resume;
+use atomrl_core::DeviceSpec;
 
 const FUNC: &str = "config";
 
@@ -54,12 +55,8 @@ pub fn load_args(
             None => Recipe::Grpo,
         },
     };
-    table.insert(
-        "recipe".into(),
-        toml::Value::try_from(recipe).map_err(|e| Error::value(FUNC, "recipe", "a recipe", e))?,
-    );
-    let preset = toml::Table::try_from(GRPOArgs::preset(recipe))
-        .map_err(|e| Error::value(FUNC, "preset", "serialisable defaults", e))?;
+    table.insert("recipe".into(), recipe.name().into());
+    let preset = preset_table(recipe);
     let mut merged = preset.clone();
     for (k, v) in &table {
         merged.insert(k.clone(), v.clone());
@@ -70,6 +67,31 @@ pub fn load_args(
     };
     super::validate::validate(&args)?;
     Ok(args)
+}
+
+/// The preset files: `grpo.toml` holds every default, the others only what they change.
+const GRPO_PRESET: &str = include_str!("../../presets/grpo.toml");
+const DAPO_PRESET: &str = include_str!("../../presets/dapo.toml");
+const SFT_PRESET: &str = include_str!("../../presets/sft.toml");
+
+/// The defaults of `recipe` as a TOML table: `grpo.toml` with the recipe's own file on top
+/// (its keys replace whole values, so `rewards = []` empties the list), and `recipe` set.
+pub(super) fn preset_table(recipe: Recipe) -> toml::Table {
+    let own = match recipe {
+        Recipe::Grpo => "",
+        Recipe::Dapo => DAPO_PRESET,
+        Recipe::Sft => SFT_PRESET,
+    };
+    let mut table = toml::Table::new();
+    for text in [GRPO_PRESET, own] {
+        // Embedded files, all of them parsed by this module's tests: not user input.
+        let file: toml::Table = text
+            .parse()
+            .unwrap_or_else(|e| panic!("a preset file of recipe {recipe}: {e}"));
+        table.extend(file);
+    }
+    table.insert("recipe".into(), recipe.name().into());
+    table
 }
 
 /// The error of a configuration that does not deserialise, naming the key at fault: the first

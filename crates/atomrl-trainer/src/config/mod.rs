@@ -2,13 +2,16 @@
 //! TOML file plus `--set key=value` overrides.
 
 mod args;
-mod choices;
 mod load;
+mod resume;
 mod rewards;
 mod validate;
 
 pub use args::{GRPOArgs, LoraArgs, LrSchedule, Recipe, RewardSpec};
-pub use choices::{ComputeDtype, DeviceSpec, Resume};
+/// The compute dtype and the device, re-exported from [`atomrl_core`] (their home since every
+/// command shares them) so that configuration code finds them here too.
+pub use atomrl_core::{ComputeDtype, DeviceSpec};
 pub use load::load_args;
+pub use resume::Resume;
 pub use rewards::build_rewards;
 pub use validate::validate;

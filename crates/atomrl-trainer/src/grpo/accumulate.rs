@@ -1,5 +1,8 @@
 //! One optimizer update over micro-batches: the shared core of every recipe's step.
 
+use std::ops::Range;
+
+use atomrl_core::shape::scalar_f64;
 use atomrl_core::{CandleContext, Result};
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
@@ -33,11 +36,21 @@ pub struct StepSettings {
     pub lr: f64,
 }
 
-/// What one micro-batch gave: its gradients, its loss and the caller's statistics.
-struct MicroResult<T> {
-    store: GradStore,
-    loss: f64,
-    extra: T,
+/// The function errors name.
+const FUNC: &str = "accumulate_and_step";
+
+/// What one micro-batch gave.
+enum Micro<T> {
+    /// No scored token: it adds nothing.
+    Empty,
+    /// Its inputs were not finite: the whole update is skipped.
+    NonFinite,
+    /// Its gradients, its loss and the caller's statistics.
+    Done {
+        store: GradStore,
+        loss: f64,
+        extra: T,
+    },
 }
 
 /// Splits `batch` into `accumulation × workers` micro-batches, sums their gradients
@@ -72,44 +85,26 @@ pub(crate) fn accumulate_and_step_hooked<T: Send>(
     inject_nan: bool,
     micro_loss: impl Fn(&TrainingBatch, usize) -> Result<Option<(Tensor, T)>> + Sync,
 ) -> Result<(StepOutcome, Vec<T>)> {
-    let func = "accumulate_and_step";
     let workers = settings.workers.max(1);
     let chunks = split_even(batch.num_rows(), settings.accumulation.max(1) * workers);
     let mut grads = Gradients::new();
     let mut outcome = StepOutcome::default();
     let mut extras = Vec::new();
     for wave in chunks.chunks(workers) {
-        let results = run_shards(func, wave.len(), |i| {
-            let range = &wave[i];
-            let mb = batch.rows(range.start, range.len())?;
-            let tokens = mb.completion_tokens(func)?;
-            if tokens == 0.0 {
-                return Ok(Some(None));
-            }
-            let Some((mut loss, extra)) = micro_loss(&mb, range.start)? else {
-                return Ok(None);
-            };
-            if inject_nan {
-                loss = (loss * f64::NAN).ctx(func)?;
-            }
-            let store = loss.backward().ctx(func)?;
-            let loss = loss
-                .to_dtype(candle_core::DType::F64)
-                .and_then(|l| l.to_scalar::<f64>())
-                .ctx(func)?;
-            Ok(Some(Some(MicroResult { store, loss, extra })))
+        let results = run_shards(FUNC, wave.len(), |i| {
+            micro_backward(batch, &wave[i], inject_nan, &micro_loss)
         })?;
         for result in results {
             match result {
-                None => {
+                Micro::Empty => {}
+                Micro::NonFinite => {
                     outcome.skipped = Some("non-finite log-probs".into());
                     return Ok((outcome, extras));
                 }
-                Some(None) => {}
-                Some(Some(r)) => {
-                    grads.accumulate(&r.store, params)?;
-                    outcome.loss += r.loss;
-                    extras.push(r.extra);
+                Micro::Done { store, loss, extra } => {
+                    grads.accumulate(&store, params)?;
+                    outcome.loss += loss;
+                    extras.push(extra);
                 }
             }
         }
@@ -128,6 +123,29 @@ pub(crate) fn accumulate_and_step_hooked<T: Send>(
         optimizer.step(&|name| grads.get(name), settings.lr)?;
     }
     Ok((outcome, extras))
+}
+
+/// The loss and backward pass of the micro-batch of `batch`'s rows `range` (see
+/// [`accumulate_and_step`] for `micro_loss`).
+fn micro_backward<T>(
+    batch: &TrainingBatch,
+    range: &Range<usize>,
+    inject_nan: bool,
+    micro_loss: &impl Fn(&TrainingBatch, usize) -> Result<Option<(Tensor, T)>>,
+) -> Result<Micro<T>> {
+    let mb = batch.rows(range.start, range.len())?;
+    if mb.completion_tokens(FUNC)? == 0.0 {
+        return Ok(Micro::Empty);
+    }
+    let Some((mut loss, extra)) = micro_loss(&mb, range.start)? else {
+        return Ok(Micro::NonFinite);
+    };
+    if inject_nan {
+        loss = (loss * f64::NAN).ctx(FUNC)?;
+    }
+    let store = loss.backward().ctx(FUNC)?;
+    let loss = scalar_f64(FUNC, &loss)?;
+    Ok(Micro::Done { store, loss, extra })
 }
 
 /// One optimizer update with a zero gradient for every parameter, as TRL and verl take on a

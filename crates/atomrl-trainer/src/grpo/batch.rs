@@ -2,27 +2,10 @@
 
 use std::collections::HashMap;
 
+use atomrl_core::shape::scalar_f64;
 use atomrl_core::{CandleContext, Result};
 use atomrl_logprob::SharedPromptBatch;
 use candle_core::{Device, Tensor};
-
-/// A scalar tensor of any float dtype as f64.
-pub(crate) fn scalar_f64(t: &Tensor, func: &str) -> Result<f64> {
-    t.to_dtype(candle_core::DType::F64)
-        .and_then(|x| x.to_scalar::<f64>())
-        .ctx(func)
-}
-
-/// `Σ values · mask` over every element (detached, summed in the tensors' dtype), as f64: the
-/// masked token sums of the loss checks and statistics.
-pub(crate) fn masked_sum(values: &Tensor, mask: &Tensor, func: &str) -> Result<f64> {
-    let sum = values
-        .detach()
-        .broadcast_mul(mask)
-        .and_then(|x| x.sum_all())
-        .ctx(func)?;
-    scalar_f64(&sum, func)
-}
 
 /// Padded inputs of one update.
 ///
@@ -50,7 +33,7 @@ pub struct TrainingBatch {
 impl TrainingBatch {
     /// The number of completion tokens (the completion mask's sum).
     pub(crate) fn completion_tokens(&self, func: &str) -> Result<f64> {
-        scalar_f64(&self.completion_mask.sum_all().ctx(func)?, func)
+        scalar_f64(func, &self.completion_mask.sum_all().ctx(func)?)
     }
 
     /// Pads `(prompt, completion)` token sequences (prompts to the left, completions to the

@@ -10,7 +10,6 @@ mod trainer;
 mod update;
 
 pub use accumulate::{accumulate_and_step, zero_gradient_step, StepOutcome, StepSettings};
-pub(crate) use batch::masked_sum;
 pub use batch::TrainingBatch;
 pub use eval::{evaluate, evaluate_sharded, EvalResult};
 pub use prompt::{EncodedPrompt, PromptEncoder};
@@ -18,5 +17,5 @@ pub use rollout::{
     add_round, generate_group_rows, generate_group_rows_sharded, RolloutContext, RolloutRow,
     Rollouts,
 };
-pub use trainer::{load_splits, GRPOTrainer, TrainSummary, Trainer};
+pub use trainer::{GRPOTrainer, TrainSummary, Trainer};
 pub use update::{policy_update, UpdateContext, UpdateStats};

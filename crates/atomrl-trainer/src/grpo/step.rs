@@ -14,6 +14,7 @@ use super::batch::TrainingBatch;
 use super::rollout::{add_round, generate_group_rows_sharded, RolloutContext, Rollouts};
 use super::trainer::Trainer;
 use super::update::{policy_update_hooked, UpdateContext, UpdateStats};
+use crate::config::GRPOArgs;
 use crate::data::{EpochSampler, Example, SplitMix64};
 use crate::logging::{keys, MetricRow};
 use crate::recipe::RecipeStep;
@@ -72,6 +73,21 @@ impl RecipeStep for GrpoStep {
     }
 }
 
+/// The sampling settings of a run's rollouts (the seed is set per generation round).
+fn sampling_params(a: &GRPOArgs, stop_token_ids: Vec<u32>) -> SamplingParams {
+    SamplingParams {
+        num_generations: a.num_generations,
+        max_new_tokens: a.max_completion_length,
+        temperature: a.temperature,
+        top_p: a.top_p,
+        top_k: a.top_k,
+        min_p: a.min_p,
+        repetition_penalty: a.repetition_penalty,
+        stop_token_ids,
+        ..Default::default()
+    }
+}
+
 impl GrpoStep {
     /// The step's rollouts: `batch_size` prompts, `num_generations` completions each, scored;
     /// with dynamic sampling, further rounds until `batch_size` groups have reward spread (at
@@ -79,25 +95,8 @@ impl GrpoStep {
     fn rollouts(&self, t: &mut Trainer, step: u64, sampler: &mut EpochSampler) -> Result<Rollouts> {
         let a = &t.args;
         let g = a.num_generations;
-        let params = SamplingParams {
-            num_generations: g,
-            max_new_tokens: a.max_completion_length,
-            temperature: a.temperature,
-            top_p: a.top_p,
-            top_k: a.top_k,
-            min_p: a.min_p,
-            repetition_penalty: a.repetition_penalty,
-            stop_token_ids: t.tokenizer.eos_token_ids(),
-            stop_strings: Vec::new(),
-            seed: 0,
-        };
+        let params = sampling_params(a, t.tokenizer.eos_token_ids());
         let view = t.model.detached();
-        let ctx = RolloutContext {
-            model: &view,
-            tokenizer: &t.tokenizer,
-            params: &params,
-            rewards: &self.rewards,
-        };
         let rounds = if a.dynamic_sampling {
             a.max_num_gen_batches
         } else {
@@ -117,16 +116,18 @@ impl GrpoStep {
                 .collect::<Result<Vec<_>>>()?;
             truncated_prompts += prompts.iter().filter(|p| p.truncated).count();
             let truth: Vec<String> = picked.iter().map(|e| e.ground_truth.clone()).collect();
+            // Each round draws with its own seed, so a refill does not repeat the first draw.
             let round_params = SamplingParams {
                 seed: sampling_seed(a.seed, step, round as u64),
                 ..params.clone()
             };
-            let round_ctx = RolloutContext {
+            let ctx = RolloutContext {
+                model: &view,
+                tokenizer: &t.tokenizer,
                 params: &round_params,
-                ..ctx
+                rewards: &self.rewards,
             };
-            let (rows, tokens) =
-                generate_group_rows_sharded(&round_ctx, &prompts, &truth, a.workers)?;
+            let (rows, tokens) = generate_group_rows_sharded(&ctx, &prompts, &truth, a.workers)?;
             rollouts.generated_tokens += tokens;
             add_round(&mut rollouts, rows, g, a.dynamic_sampling, a.batch_size)?;
             if rollouts.rows.len() >= a.batch_size * g {

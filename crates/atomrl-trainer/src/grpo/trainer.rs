@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use atomrl_core::{CandleContext, Error, Result};
+use atomrl_core::{Error, Result};
 use atomrl_model::CausalLm;
 use atomrl_reward::WeightedRewards;
 use atomrl_sample::ChatTokenizer;
@@ -14,9 +14,9 @@ use super::prompt::PromptEncoder;
 use super::step::GrpoStep;
 use crate::checkpoint::{latest_checkpoint, load_trainer_state, save_checkpoint, TrainerState};
 use crate::config::{GRPOArgs, Recipe, Resume};
-use crate::data::{DataSource, EpochSampler, Example};
+use crate::data::{EpochSampler, Example};
 use crate::logging::{keys, MetricRow, MetricsLogger};
-use crate::optim::{budget_schedule_step, learning_rate, warmup_steps, AdamW, AdamWConfig};
+use crate::optim::{warmup_steps, AdamW, AdamWConfig, RunSchedule};
 use crate::recipe::{RecipeStep, Stepping};
 use crate::sft::SftStep;
 
@@ -82,7 +82,13 @@ impl Trainer {
         tokenizer: ChatTokenizer,
         rewards: WeightedRewards,
     ) -> Result<Self> {
-        let (train_set, eval_set) = load_splits(&args)?;
+        let (train_set, eval_set) = crate::data::load_splits_with(
+            &args.dataset,
+            args.eval_dataset.as_deref(),
+            args.eval_size,
+            args.seed,
+            &crate::runtime::load_split,
+        )?;
         Self::with_data(args, model, tokenizer, rewards, train_set, eval_set)
     }
 
@@ -107,15 +113,10 @@ impl Trainer {
             ));
         }
         if args.workers == 0 {
-            // The thread pools exist by now: fill the cores they leave (see `cpu_plan`).
-            args.workers = if model.device().is_cpu() {
-                let threads = candle_core::utils::get_num_threads();
-                crate::runtime::cpu_plan(model.config().num_parameters(), threads, 0).workers
-            } else {
-                1
-            };
+            args.workers = default_workers(&model);
         }
         model.set_gradient_checkpointing(args.gradient_checkpointing);
+        // With LoRA only the adapters train; the optimizer holds nothing else.
         let params = if model.lora_config().is_some() {
             model.lora_vars()
         } else {
@@ -130,19 +131,7 @@ impl Trainer {
                 weight_decay: args.weight_decay,
             },
         )?;
-        let recipe: Box<dyn RecipeStep> = match args.recipe {
-            Recipe::Sft => Box::new(SftStep),
-            Recipe::Grpo | Recipe::Dapo => Box::new(GrpoStep {
-                rewards,
-                // β = 0 holds no reference model at all; otherwise a frozen copy of the given
-                // policy.
-                reference: if args.beta > 0.0 {
-                    Some(frozen_copy(&model)?)
-                } else {
-                    None
-                },
-            }),
-        };
+        let recipe = recipe_step(&args, &model, rewards)?;
         let encoder = PromptEncoder {
             chat_template: args.chat_template,
             system_prompt: args.system_prompt.clone(),
@@ -236,12 +225,12 @@ impl Trainer {
         } else {
             None
         };
-        let schedule = Schedule::start(&self.args, total, state.step as usize, &started);
+        let schedule = self.schedule(total, state.step as usize, &started);
         let mut last_checkpoint = None;
         let mut eval_after = None;
         while (state.step as usize) < total {
             let step = state.step + 1;
-            let lr = schedule.lr(&self.args, state.step as usize);
+            let lr = schedule.lr_at(state.step as usize);
             let mut row = self.recipe_step(step, lr, &mut sampler, &logger)?;
             state.step = step;
             state.sampler = sampler.state();
@@ -305,6 +294,28 @@ impl Trainer {
             recipe: self.args.recipe,
         };
         Ok((state, sampler))
+    }
+
+    /// The learning-rate schedule of this invocation, from step `start_step` of `total`. Its
+    /// steps share the time budget the opening evaluation left.
+    fn schedule(&self, total: usize, start_step: usize, run_started: &Instant) -> RunSchedule {
+        let a = &self.args;
+        let left = a.time_budget_s - run_started.elapsed().as_secs_f64();
+        RunSchedule {
+            schedule: a.lr_scheduler,
+            peak_lr: a.lr,
+            min_lr_ratio: a.min_lr_ratio,
+            warmup: warmup_steps(a.warmup_steps, a.warmup_ratio, total),
+            total,
+            start_step,
+            budget_s: if a.time_budget_s > 0.0 {
+                left.max(1e-3)
+            } else {
+                0.0
+            },
+            on_budget: a.lr_schedule_on_budget,
+            started: Instant::now(),
+        }
     }
 
     /// The held-out evaluation before the first step, logged as step 0.
@@ -389,20 +400,7 @@ impl Trainer {
         if self.model.lora_config().is_some() {
             self.model.load_lora(checkpoint)?;
         } else {
-            let weights = atomrl_model::load_safetensors_dir(
-                checkpoint,
-                self.model.dtype(),
-                self.model.device(),
-            )?;
-            for (name, var) in self.model.named_vars() {
-                let t = weights.get(&name).ok_or_else(|| {
-                    Error::file(
-                        checkpoint.display(),
-                        format!("checkpoint lacks weight `{name}`"),
-                    )
-                })?;
-                var.set(t).ctx("restore")?;
-            }
+            self.model.load_weights(checkpoint)?;
         }
         self.optimizer
             .load(&checkpoint.join(crate::checkpoint::OPTIMIZER_FILE))?;
@@ -410,80 +408,33 @@ impl Trainer {
     }
 }
 
-/// The learning-rate schedule of a run: warmup, decay over the steps, or over the time budget
-/// with `lr_schedule_on_budget`.
-struct Schedule {
-    warmup: usize,
-    total: usize,
-    start_step: usize,
-    /// The schedule's clock starts with the first step: the budget left after the opening
-    /// evaluation is what the steps share, and a machine fast enough for them stays on the
-    /// step schedule from the start.
-    steps_started: Instant,
-    /// Seconds left for the steps (0: no budget, the schedule stays on the steps).
-    steps_budget: f64,
-}
-
-impl Schedule {
-    fn start(args: &GRPOArgs, total: usize, start_step: usize, run_started: &Instant) -> Self {
-        Self {
-            warmup: warmup_steps(args.warmup_steps, args.warmup_ratio, total),
-            total,
-            start_step,
-            steps_started: Instant::now(),
-            steps_budget: if args.time_budget_s > 0.0 {
-                (args.time_budget_s - run_started.elapsed().as_secs_f64()).max(1e-3)
-            } else {
-                0.0
-            },
-        }
-    }
-
-    /// The learning rate of the step after `done` completed steps.
-    fn lr(&self, args: &GRPOArgs, done: usize) -> f64 {
-        let schedule_step = if args.lr_schedule_on_budget {
-            budget_schedule_step(
-                done,
-                self.start_step,
-                self.total,
-                self.warmup,
-                self.steps_started.elapsed().as_secs_f64(),
-                self.steps_budget,
-            )
-        } else {
-            done
-        };
-        learning_rate(
-            args.lr_scheduler,
-            args.lr,
-            self.warmup,
-            self.total,
-            args.min_lr_ratio,
-            schedule_step,
-        )
+/// The data-parallel workers of a run that left `workers` at 0: on the CPU, the cores the
+/// compute threads leave (see [`crate::runtime::cpu_plan`]; the thread pools exist by now);
+/// one on a GPU.
+fn default_workers(model: &CausalLm) -> usize {
+    if model.device().is_cpu() {
+        let threads = candle_core::utils::get_num_threads();
+        crate::runtime::cpu_plan(model.config().num_parameters(), threads, 0).workers
+    } else {
+        1
     }
 }
 
-/// The reference model: a deep copy of `model`'s base weights in new storage (later updates
-/// of the policy do not reach it), with the same master and compute dtypes, so the KL at step
-/// 1 is exactly 0 — whether the policy was loaded from disk or built or changed in memory.
-/// With LoRA the copy has no adapter: the reference is the base model, what TRL's reference
-/// is (the policy with its adapter disabled).
-fn frozen_copy(model: &CausalLm) -> Result<CausalLm> {
-    let tensors = model
-        .named_vars()
-        .into_iter()
-        .map(|(name, var)| var.as_tensor().copy().map(|t| (name, t)))
-        .collect::<candle_core::Result<std::collections::HashMap<_, _>>>()
-        .ctx("reference")?;
-    let mut reference = CausalLm::from_tensors(
-        model.config().clone(),
-        tensors,
-        model.dtype(),
-        model.device(),
-    )?;
-    reference.set_compute_dtype(model.compute_dtype())?;
-    Ok(reference)
+/// The step of `args.recipe`, with what it holds: GRPO and DAPO the reward functions and, for
+/// β > 0, a frozen copy of the given policy's base weights as the reference model (with LoRA,
+/// the base model is TRL's reference too); β = 0 holds no reference model at all.
+fn recipe_step(
+    args: &GRPOArgs,
+    model: &CausalLm,
+    rewards: WeightedRewards,
+) -> Result<Box<dyn RecipeStep>> {
+    Ok(match args.recipe {
+        Recipe::Sft => Box::new(SftStep),
+        Recipe::Grpo | Recipe::Dapo => Box::new(GrpoStep {
+            rewards,
+            reference: (args.beta > 0.0).then(|| model.frozen_copy()).transpose()?,
+        }),
+    })
 }
 
 /// Test hook for the resume tests (feature `test-hooks` only): `ATOMRL_TEST_KILL_AFTER_STEP=N`
@@ -517,29 +468,5 @@ fn push_eval(row: &mut MetricRow, r: &EvalResult) {
     row.push(keys::EVAL_COMPLETION_LENGTH, r.mean_length);
     if let Some(loss) = r.loss {
         row.push(keys::EVAL_LOSS, loss);
-    }
-}
-
-/// Training and held-out examples of `args`: `eval_dataset` when given (its `test` split for
-/// hub datasets), else `eval_size` examples split off the training data.
-///
-/// # Errors
-/// Data loading failures.
-pub fn load_splits(args: &GRPOArgs) -> Result<(Vec<Example>, Vec<Example>)> {
-    let train = crate::runtime::load_split(&DataSource::parse(&args.dataset)?, "train")?;
-    match &args.eval_dataset {
-        Some(eval) => {
-            let mut eval = crate::runtime::load_split(&DataSource::parse(eval)?, "test")?;
-            eval.truncate(if args.eval_size > 0 {
-                args.eval_size
-            } else {
-                eval.len()
-            });
-            Ok((train, eval))
-        }
-        None if args.eval_size > 0 => {
-            crate::data::train_eval_split(train, args.eval_size, args.seed)
-        }
-        None => Ok((train, Vec::new())),
     }
 }

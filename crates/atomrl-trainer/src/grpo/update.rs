@@ -1,6 +1,7 @@
 //! The policy update of one step: log-probs, loss (+ β·KL − entropy bonus), gradient
 //! accumulation with the global normaliser, clipping, the NaN/Inf guard, AdamW.
 
+use atomrl_core::shape::masked_sum;
 use atomrl_core::{CandleContext, Result};
 use atomrl_logprob::{get_action_log_probs, get_shared_prompt_log_probs, TokenLogProbs};
 use atomrl_loss::{
@@ -10,7 +11,7 @@ use atomrl_model::CausalLm;
 use candle_core::{Tensor, Var};
 
 use super::accumulate::{accumulate_and_step_hooked, zero_gradient_step, StepSettings};
-use super::batch::{masked_sum, scalar_f64, TrainingBatch};
+use super::batch::TrainingBatch;
 use crate::config::GRPOArgs;
 use crate::optim::AdamW;
 
@@ -89,13 +90,6 @@ pub struct UpdateContext<'a> {
     pub params: &'a [(String, Var)],
     /// Run options.
     pub args: &'a GRPOArgs,
-}
-
-fn masked_mean(values: &Tensor, mask: &Tensor) -> Result<f64> {
-    let func = "update";
-    let num = masked_sum(values, mask, func)?;
-    let den = scalar_f64(&mask.sum_all().ctx(func)?, func)?;
-    Ok(if den > 0.0 { num / den } else { f64::NAN })
 }
 
 /// Log-probs (and entropies) of the completion tokens of `batch` under `model`: each prompt
@@ -311,7 +305,7 @@ impl<'a> MicroLoss<'a> {
         let tokens = mb.completion_tokens(func)?;
         let out = batch_log_probs(self.model, mb, a.temperature, true)?;
         let lp = out.log_probs;
-        let lp_sum = masked_sum(&lp, &mb.completion_mask, func)?;
+        let lp_sum = masked_sum(func, &lp, &mb.completion_mask)?;
         if !lp_sum.is_finite() {
             return Ok(None);
         }
@@ -338,14 +332,14 @@ impl<'a> MicroLoss<'a> {
             )?;
             let term = aggregate_loss(&k.kl, &mb.completion_mask, agg)?;
             loss = (loss + (term * a.beta).ctx(func)?).ctx(func)?;
-            m.kl = masked_mean(&k.kl, &mb.completion_mask)? * tokens;
+            m.kl = masked_sum(func, &k.kl, &mb.completion_mask)?;
         }
         if let Some(entropy) = &out.entropy {
             if a.entropy_coef > 0.0 {
                 let term = aggregate_loss(entropy, &mb.completion_mask, agg)?;
                 loss = (loss - (term * a.entropy_coef).ctx(func)?).ctx(func)?;
             }
-            m.entropy = masked_mean(entropy, &mb.completion_mask)? * tokens;
+            m.entropy = masked_sum(func, entropy, &mb.completion_mask)?;
         }
         Ok(Some((loss, m)))
     }

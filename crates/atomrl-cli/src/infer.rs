@@ -6,12 +6,23 @@ use atomrl_core::{Error, Result};
 use atomrl_model::{CausalLm, ADAPTER_CONFIG_FILE};
 use atomrl_reward::correctness_score;
 use atomrl_sample::{generate_samples, ChatTokenizer, SamplingParams};
+use atomrl_trainer::data::{Example, Prompt};
+use atomrl_trainer::grpo::PromptEncoder;
 use candle_core::{DType, Device};
 
-use crate::data::{Example, Prompt};
-use crate::grpo::PromptEncoder;
-
 /// A model ready to answer: a full HF checkpoint, or a LoRA adapter on its base model.
+///
+/// ```
+/// use atomrl_cli::infer::Answerer;
+/// use atomrl_trainer::data::Example;
+/// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+/// let answerer = Answerer::load(dir.as_ref(), &candle_core::Device::Cpu, 4, 0.0, None)?;
+/// let question = Example::new("What is 3+4?".to_string(), "7");
+/// let answers = answerer.answer(&[question])?;
+/// assert_eq!((answers.len(), answers[0].question.as_str()), (1, "What is 3+4?"));
+/// assert!(answers[0].correct.is_some()); // scored: a ground truth was given
+/// # Ok::<(), atomrl_core::Error>(())
+/// ```
 pub struct Answerer {
     model: CausalLm,
     tokenizer: ChatTokenizer,
@@ -19,7 +30,7 @@ pub struct Answerer {
     params: SamplingParams,
 }
 
-/// One answer.
+/// One answer (see [`Answerer`] for an example).
 #[derive(Debug, Clone)]
 pub struct Answer {
     /// The question.
@@ -36,6 +47,11 @@ impl Answerer {
     ///
     /// # Errors
     /// Missing files or an unresolvable base model.
+    ///
+    /// ```
+    /// let e = atomrl_cli::infer::Answerer::load("no/such/dir".as_ref(), &candle_core::Device::Cpu, 8, 0.0, None);
+    /// assert!(e.is_err());
+    /// ```
     pub fn load(
         checkpoint: &Path,
         device: &Device,
@@ -55,7 +71,7 @@ impl Answerer {
                     "no `base_model_name_or_path`: cannot find the base model",
                 )
             })?;
-            let base_dir = crate::runtime::resolve_model_dir(base)?;
+            let base_dir = atomrl_trainer::runtime::resolve_model_dir(base)?;
             let mut model = CausalLm::from_hf_dir(&base_dir, DType::F32, device)?;
             model.load_lora(checkpoint)?;
             (model, tokenizer_source(checkpoint, &base_dir))
@@ -87,6 +103,7 @@ impl Answerer {
     }
 
     /// Answers every example (in batches of 64); scores correctness when `ground_truth` is set.
+    /// See [`Answerer`] for an example.
     ///
     /// # Errors
     /// Generation or tokenizer failures.

@@ -1,23 +1,26 @@
-//! The closed sets of choices of the run configuration that are not an atomic crate's own enum:
-//! the compute dtype, the device and where to resume from. Each one is parsed once, when the
-//! configuration loads, and serialises back to the name it was written as.
+//! Where and in what precision a model computes: [`DeviceSpec`] (`cpu`, `cuda`, `cuda:N`) and
+//! [`ComputeDtype`] (`f32`, `bf16`, `f16`). Both are parsed once, from a run configuration or
+//! a command-line flag, and write back the name they were parsed from; every AtomRL command
+//! picks its device and dtype through them, so they accept and reject the same names.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use atomrl_core::{Error, Result};
-use candle_core::DType;
+use candle_core::{DType, Device};
 use serde::{Deserialize, Serialize};
 
+use crate::{Error, Result};
+
+/// The function named by parse errors: these names are keys of the run configuration.
 const FUNC: &str = "config";
 
 /// Compute dtype of the forward and backward (`dtype`): `f32`, `bf16` or `f16`.
 ///
 /// ```
-/// use atomrl_trainer::config::ComputeDtype;
+/// use atomrl_core::ComputeDtype;
 /// let d: ComputeDtype = "bf16".parse()?;
 /// assert_eq!((d, d.to_string(), d.dtype()), (ComputeDtype::Bf16, "bf16".to_string(), candle_core::DType::BF16));
+/// assert!("f64".parse::<ComputeDtype>().is_err());
 /// # Ok::<(), atomrl_core::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -34,9 +37,17 @@ pub enum ComputeDtype {
 
 impl ComputeDtype {
     /// Every name, in declaration order.
+    ///
+    /// ```
+    /// assert_eq!(atomrl_core::ComputeDtype::NAMES[1], "bf16");
+    /// ```
     pub const NAMES: [&'static str; 3] = ["f32", "bf16", "f16"];
 
     /// The candle dtype.
+    ///
+    /// ```
+    /// assert_eq!(atomrl_core::ComputeDtype::F16.dtype(), candle_core::DType::F16);
+    /// ```
     pub fn dtype(self) -> DType {
         match self {
             Self::F32 => DType::F32,
@@ -46,6 +57,10 @@ impl ComputeDtype {
     }
 
     /// The configuration name (`f32`, `bf16`, `f16`).
+    ///
+    /// ```
+    /// assert_eq!(atomrl_core::ComputeDtype::Bf16.name(), "bf16");
+    /// ```
     pub fn name(self) -> &'static str {
         Self::NAMES[self as usize]
     }
@@ -53,7 +68,8 @@ impl ComputeDtype {
 
 impl fmt::Display for ComputeDtype {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        // `pad`, not `write_str`: tables print it with a width (`{d:>4}`).
+        f.pad(self.name())
     }
 }
 
@@ -73,7 +89,7 @@ impl FromStr for ComputeDtype {
 /// The device a run computes on (`device`): `cpu`, `cuda` (GPU 0) or `cuda:N`.
 ///
 /// ```
-/// use atomrl_trainer::config::DeviceSpec;
+/// use atomrl_core::DeviceSpec;
 /// assert_eq!("cuda:1".parse::<DeviceSpec>()?, DeviceSpec::Cuda(Some(1)));
 /// assert_eq!("cuda".parse::<DeviceSpec>()?.to_string(), "cuda");
 /// assert!("tpu".parse::<DeviceSpec>().unwrap_err().to_string().contains("device"));
@@ -91,8 +107,47 @@ pub enum DeviceSpec {
 
 impl DeviceSpec {
     /// Whether this is the CPU.
+    ///
+    /// ```
+    /// assert!(atomrl_core::DeviceSpec::Cpu.is_cpu());
+    /// ```
     pub fn is_cpu(self) -> bool {
         self == Self::Cpu
+    }
+
+    /// Opens the device.
+    ///
+    /// # Errors
+    /// [`Error::Value`] for a CUDA device in a build without CUDA (saying how to build with
+    /// it), or a CUDA device that cannot be opened.
+    ///
+    /// ```
+    /// assert!(atomrl_core::DeviceSpec::Cpu.open()?.is_cpu());
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn open(self) -> Result<Device> {
+        let ordinal = match self {
+            Self::Cpu => return Ok(Device::Cpu),
+            Self::Cuda(n) => n.unwrap_or(0),
+        };
+        // Checked first so that a CPU-only build says how to get CUDA instead of candle's
+        // generic "not compiled with cuda" error.
+        if !candle_core::utils::cuda_is_available() {
+            return Err(Error::value(
+                "device",
+                "device",
+                "a device this binary supports (rebuild with `--features cuda` for CUDA)",
+                self,
+            ));
+        }
+        Device::new_cuda(ordinal).map_err(|e| {
+            Error::value(
+                "device",
+                "device",
+                "an available CUDA device",
+                format!("{self}: {e}"),
+            )
+        })
     }
 }
 
@@ -136,79 +191,6 @@ impl From<DeviceSpec> for String {
     }
 }
 
-/// Where a run resumes from (`resume`): `auto` (the latest complete checkpoint in
-/// `output_dir`, if any), `never`, or a checkpoint folder.
-///
-/// ```
-/// use atomrl_trainer::config::Resume;
-/// assert_eq!("auto".parse::<Resume>()?, Resume::Auto);
-/// assert_eq!("runs/a/checkpoint-10".parse::<Resume>()?.to_string(), "runs/a/checkpoint-10");
-/// # Ok::<(), atomrl_core::Error>(())
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub enum Resume {
-    /// The latest complete checkpoint in `output_dir`; a fresh start when there is none.
-    Auto,
-    /// Always a fresh start.
-    #[default]
-    Never,
-    /// This checkpoint folder.
-    From(PathBuf),
-}
-
-impl Resume {
-    /// The checkpoint folder of [`Resume::From`].
-    pub fn path(&self) -> Option<&Path> {
-        match self {
-            Self::From(p) => Some(p),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for Resume {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Auto => f.write_str("auto"),
-            Self::Never => f.write_str("never"),
-            Self::From(p) => write!(f, "{}", p.display()),
-        }
-    }
-}
-
-impl FromStr for Resume {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "auto" => Ok(Self::Auto),
-            "never" => Ok(Self::Never),
-            "" => Err(Error::value(
-                FUNC,
-                "resume",
-                "auto, never or a checkpoint folder",
-                "an empty string",
-            )),
-            p => Ok(Self::From(PathBuf::from(p))),
-        }
-    }
-}
-
-impl TryFrom<String> for Resume {
-    type Error = Error;
-
-    fn try_from(s: String) -> Result<Self> {
-        s.parse()
-    }
-}
-
-impl From<Resume> for String {
-    fn from(r: Resume) -> Self {
-        r.to_string()
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -226,10 +208,6 @@ mod tests {
         for name in ["cpu", "cuda", "cuda:3"] {
             let d: DeviceSpec = serde_json::from_value(name.into()).unwrap();
             assert_eq!(serde_json::to_value(d).unwrap(), serde_json::json!(name));
-        }
-        for name in ["auto", "never", "runs/x/checkpoint-2"] {
-            let r: Resume = serde_json::from_value(name.into()).unwrap();
-            assert_eq!(serde_json::to_value(&r).unwrap(), serde_json::json!(name));
         }
         assert!(serde_json::from_value::<DeviceSpec>("cuda:x".into()).is_err());
         assert!(serde_json::from_value::<ComputeDtype>("f64".into()).is_err());

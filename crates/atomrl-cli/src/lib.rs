@@ -1,0 +1,7 @@
+//! The AtomRL commands (`atomrl-train`, `atomrl-infer`) and what only they need: [`infer`],
+//! answering questions with a checkpoint, which `atomrl-infer` wraps. Training itself lives in
+//! `atomrl-trainer`, which these commands configure and run.
+
+#![deny(missing_docs)]
+
+pub mod infer;
