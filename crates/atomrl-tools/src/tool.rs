@@ -62,6 +62,54 @@ pub trait Tool: Send + Sync {
     fn call(&self, arguments: &Map<String, Value>) -> Result<String, ToolError>;
 }
 
+/// A boxed tool is a tool (e.g. to add `Box<dyn Tool>` values built at run time).
+///
+/// ```
+/// use atomrl_tools::{Calculator, Tool, ToolSet};
+///
+/// let boxed: Box<dyn Tool> = Box::new(Calculator);
+/// assert_eq!(ToolSet::new().with(boxed).names(), vec!["calculator".to_string()]);
+/// ```
+impl<T: Tool + ?Sized> Tool for Box<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn description(&self) -> &str {
+        (**self).description()
+    }
+    fn parameters(&self) -> Value {
+        (**self).parameters()
+    }
+    fn call(&self, arguments: &Map<String, Value>) -> Result<String, ToolError> {
+        (**self).call(arguments)
+    }
+}
+
+/// A shared tool is a tool (e.g. one tool instance in several sets).
+///
+/// ```
+/// use std::sync::Arc;
+/// use atomrl_tools::{Calculator, Tool, ToolSet};
+///
+/// let shared: Arc<dyn Tool> = Arc::new(Calculator);
+/// let a = ToolSet::new().with(Arc::clone(&shared));
+/// assert_eq!(a.len(), 1);
+/// ```
+impl<T: Tool + ?Sized> Tool for Arc<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn description(&self) -> &str {
+        (**self).description()
+    }
+    fn parameters(&self) -> Value {
+        (**self).parameters()
+    }
+    fn call(&self, arguments: &Map<String, Value>) -> Result<String, ToolError> {
+        (**self).call(arguments)
+    }
+}
+
 /// Limits applied to every call a [`ToolSet`] runs.
 ///
 /// # Example
@@ -389,7 +437,7 @@ impl ToolSet {
         let arguments = call.arguments.clone();
         let (sender, receiver) = mpsc::sync_channel(1);
         let spawned = std::thread::Builder::new()
-            .name(format!("atomrl-tool-{name}"))
+            .name("atomrl-tool".to_string())
             .spawn(move || {
                 let result = panic::catch_unwind(AssertUnwindSafe(|| tool.call(&arguments)));
                 // The receiver is gone after a timeout: nobody wants the result then.

@@ -58,6 +58,18 @@ impl Tool for Custom {
 }
 
 #[test]
+fn tool_set_is_shareable_across_threads() {
+    fn assert_traits<T: Send + Sync + Clone + Default + std::fmt::Debug>() {}
+    assert_traits::<ToolSet>();
+    let tools = calculator_set();
+    let handle = std::thread::spawn(move || {
+        tools.run_calls(&call_text("calculator", json!({"expression": "6*7"})))
+    });
+    let out = handle.join().map_err(|_| "thread panicked");
+    assert_eq!(out.map(|o| o[0].output.clone()), Ok("42".to_string()));
+}
+
+#[test]
 fn successful_call() {
     let out = calculator_set().run_calls(&call_text("calculator", json!({"expression": "1/3*3"})));
     assert_eq!(out.len(), 1);

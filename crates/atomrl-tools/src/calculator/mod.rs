@@ -228,6 +228,10 @@ mod tests {
         assert_eq!(calc("--3"), "3");
         assert_eq!(calc("+3"), "3");
         assert_eq!(calc("2^-1"), "0.5");
+        assert_eq!(calc("-2^-2"), "-0.25");
+        assert_eq!(calc("2^-3^2"), "0.001953125");
+        assert_eq!(calc("2 ** 3"), "8");
+        assert_eq!(calc("1 - -1"), "2");
         assert_eq!(calc("-(2+3)"), "-5");
         // Right-associative: 2^(2^-1) = 2^0.5.
         assert_eq!(fail("2 ^ 2 ^ -1"), "non-integer exponent");
@@ -253,6 +257,9 @@ mod tests {
         );
         assert_eq!(fail("1e5"), "unexpected character `e` at position 2");
         assert_eq!(fail("1,000"), "unexpected character `,` at position 2");
+        assert_eq!(fail("2 3"), "unexpected `3` at position 3");
+        assert_eq!(fail("2* *3"), "unexpected `*` at position 4");
+        assert_eq!(fail("−"), "trailing operator `−` at position 1");
     }
 
     #[test]
