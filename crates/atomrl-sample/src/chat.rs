@@ -13,6 +13,12 @@ pub use atomrl_core::ChatMessage;
 
 const TEMPLATE_NAME: &str = "chat_template";
 
+/// The assistant content [`ChatTokenizer::tool_turn_text`] renders and looks for: plain ASCII
+/// letters and digits, no whitespace, markup or special token, so templates copy it unchanged.
+const TOOL_TURN_SENTINEL: &str = "AtomrlToolTurnSentinel7f3a91c2";
+/// The user message before it.
+const TOOL_TURN_USER: &str = "AtomrlToolTurnUser";
+
 /// A Hugging Face tokenizer folder: `tokenizer.json` (through the `tokenizers` crate), the
 /// special tokens and `chat_template` of `tokenizer_config.json` (or `chat_template.jinja`),
 /// and the EOS ids of `generation_config.json` / `config.json` when present.
@@ -217,8 +223,9 @@ impl ChatTokenizer {
 
     /// Renders the chat template on `messages` (transformers' `apply_chat_template(messages,
     /// tokenize=False, add_generation_prompt=..)`). The template sees `messages`,
-    /// `add_generation_prompt` and the special tokens `bos_token`, `eos_token`, `pad_token`,
-    /// `unk_token`.
+    /// `add_generation_prompt`, `tools` and `documents` (both none) and the special tokens
+    /// `bos_token`, `eos_token`, `pad_token`, `unk_token`. This is
+    /// [`ChatTokenizer::apply_chat_template_with_tools`] with no tools.
     ///
     /// # Errors
     /// [`Error::Missing`] when the folder has no chat template, [`Error::Value`] when rendering
@@ -237,7 +244,172 @@ impl ChatTokenizer {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String> {
-        let func = "ChatTokenizer::apply_chat_template";
+        self.render(
+            "ChatTokenizer::apply_chat_template",
+            messages,
+            &[],
+            add_generation_prompt,
+        )
+    }
+
+    /// Renders the chat template on `messages` with the tool schemas `tools` (transformers'
+    /// `apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=..)`).
+    ///
+    /// Each tool is a JSON schema in the OpenAI / Hugging Face format
+    /// `{"type": "function", "function": {"name", "description", "parameters"}}`; the template
+    /// sees them, in order and with their keys in order, as `tools`. With an empty slice `tools`
+    /// is none, as transformers passes `tools=None`, so the result is
+    /// [`ChatTokenizer::apply_chat_template`]'s. The template also sees `messages`,
+    /// `add_generation_prompt`, `documents` (none) and the special tokens `bos_token`,
+    /// `eos_token`, `pad_token`, `unk_token`.
+    ///
+    /// # Errors
+    /// [`Error::Missing`] when the folder has no chat template, [`Error::Value`] when rendering
+    /// fails (including the template's own `raise_exception`).
+    ///
+    /// ```
+    /// use atomrl_sample::{ChatMessage, ChatTokenizer};
+    /// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+    /// let tok = ChatTokenizer::from_hf_dir(dir)?.with_chat_template(
+    ///     "{% if tools %}{% for t in tools %}{{ t.function.name }} {{ t | tojson }}\n{% endfor %}{% endif %}\
+    ///      {% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}",
+    /// )?;
+    /// let calc = serde_json::json!({"type": "function", "function": {"name": "calc", "parameters": {}}});
+    /// let text = tok.apply_chat_template_with_tools(&[ChatMessage::user("2*3?")], &[calc], true)?;
+    /// assert_eq!(
+    ///     text,
+    ///     "calc {\"type\": \"function\", \"function\": {\"name\": \"calc\", \"parameters\": {}}}\nuser: 2*3?\n"
+    /// );
+    /// let plain = tok.apply_chat_template_with_tools(&[ChatMessage::user("2*3?")], &[], true)?;
+    /// assert_eq!(plain, "user: 2*3?\n");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn apply_chat_template_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[Json],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        self.render(
+            "ChatTokenizer::apply_chat_template_with_tools",
+            messages,
+            tools,
+            add_generation_prompt,
+        )
+    }
+
+    /// The text the chat template writes between the end of an assistant turn's content and
+    /// the start of the next assistant turn's content, when that assistant turn is followed by
+    /// one `tool` message per entry of `responses` (in order) and then the generation prompt.
+    ///
+    /// In a multi-turn tool rollout, the completion of a turn (the assistant content, e.g. a
+    /// `<tool_call>`) is followed by these tokens, then the model generates again. For
+    /// Qwen2.5-Instruct and Qwen3 it is
+    /// `<|im_end|>\n<|im_start|>user\n<tool_response>\nR1\n</tool_response>\n<tool_response>\nR2\n</tool_response><|im_end|>\n<|im_start|>assistant\n`.
+    ///
+    /// It is computed from the template: the conversation `[user, assistant SENTINEL, tool
+    /// R1, ...]` is rendered (with `tools`) with the generation prompt and the text after the
+    /// sentinel is returned, after checking that the text before the sentinel is the rendering
+    /// of `[user]` with the generation prompt (so that prompt + assistant content + this text
+    /// is the rendering of the whole conversation).
+    ///
+    /// # Errors
+    /// [`Error::Value`] naming `responses` when it is empty; [`Error::Value`] naming
+    /// `chat_template` when the template drops or alters the assistant content, or renders the
+    /// assistant turn differently from the generation prompt it follows; as
+    /// [`ChatTokenizer::apply_chat_template_with_tools`] otherwise.
+    ///
+    /// ```
+    /// use atomrl_sample::ChatTokenizer;
+    /// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+    /// let tok = ChatTokenizer::from_hf_dir(dir)?; // plain ChatML: tool messages are turns of role `tool`
+    /// let text = tok.tool_turn_text(&["21".to_string()], &[])?;
+    /// assert_eq!(text, "<|im_end|>\n<|im_start|>tool\n21<|im_end|>\n<|im_start|>assistant\n");
+    /// assert!(tok.tool_turn_text(&[], &[]).is_err());
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn tool_turn_text(&self, responses: &[String], tools: &[Json]) -> Result<String> {
+        let func = "ChatTokenizer::tool_turn_text";
+        if responses.is_empty() {
+            return Err(Error::value(
+                func,
+                "responses",
+                "at least one tool response",
+                "an empty slice",
+            ));
+        }
+        let user = ChatMessage::user(TOOL_TURN_USER);
+        let mut messages = vec![user.clone(), ChatMessage::assistant(TOOL_TURN_SENTINEL)];
+        messages.extend(responses.iter().map(|r| ChatMessage::tool(r.as_str())));
+        let full = self.render(func, &messages, tools, true)?;
+        let prompt = self.render(func, &[user], tools, true)?;
+        let mut hits = full.match_indices(TOOL_TURN_SENTINEL);
+        let at = match (hits.next(), hits.next()) {
+            (Some((at, _)), None) => at,
+            (first, _) => {
+                return Err(Error::value(
+                    func,
+                    "chat_template",
+                    "a template that writes an assistant message's content once, unchanged",
+                    format!(
+                        "the content {TOOL_TURN_SENTINEL:?} appears {} times in the rendering",
+                        if first.is_none() { "0" } else { "several" }
+                    ),
+                ))
+            }
+        };
+        if full[..at] != prompt {
+            return Err(Error::value(
+                func,
+                "chat_template",
+                "a template whose assistant turn starts with the generation prompt \
+                 (rendering [user] with add_generation_prompt=true)",
+                format!(
+                    "{:?} before the assistant content, but the generation prompt gives {prompt:?}",
+                    &full[..at]
+                ),
+            ));
+        }
+        Ok(full[at + TOOL_TURN_SENTINEL.len()..].to_owned())
+    }
+
+    /// Replaces the chat template (TRL's `chat_template` option; also for a tokenizer folder
+    /// that has none). The template is compiled as [`ChatTokenizer::from_hf_dir`] compiles the
+    /// folder's own.
+    ///
+    /// # Errors
+    /// [`Error::Value`] naming `chat_template` when the template has a syntax error.
+    ///
+    /// ```
+    /// use atomrl_sample::{ChatMessage, ChatTokenizer};
+    /// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+    /// let tok = ChatTokenizer::from_hf_dir(dir)?
+    ///     .with_chat_template("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}")?;
+    /// assert_eq!(tok.apply_chat_template(&[ChatMessage::user("hi")], true)?, "[user] hi\n");
+    /// let err = ChatTokenizer::from_hf_dir(dir)?.with_chat_template("{% if %}").unwrap_err();
+    /// assert!(err.to_string().contains("chat_template"));
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn with_chat_template(mut self, template: impl Into<String>) -> Result<Self> {
+        let env = template_env(template.into()).map_err(|e| {
+            Error::value(
+                "ChatTokenizer::with_chat_template",
+                "chat_template",
+                "a Jinja chat template",
+                format!("{e:#}"),
+            )
+        })?;
+        self.env = Some(env);
+        Ok(self)
+    }
+
+    fn render(
+        &self,
+        func: &str,
+        messages: &[ChatMessage],
+        tools: &[Json],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         let env = self.env.as_ref().ok_or_else(|| {
             Error::missing(
                 func,
@@ -248,8 +420,15 @@ impl ChatTokenizer {
         let template = env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| Error::value(func, "chat_template", "a template", format!("{e:#}")))?;
+        let tools = if tools.is_empty() {
+            Value::from(())
+        } else {
+            Value::from_serialize(tools)
+        };
         let ctx = minijinja::context! {
             messages => Value::from_serialize(messages),
+            tools => tools,
+            documents => Value::from(()),
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.clone().unwrap_or_default(),
             eos_token => self.eos_token.clone().unwrap_or_default(),
