@@ -25,8 +25,12 @@ const TOOL_TURN_USER: &str = "AtomrlToolTurnUser";
 ///
 /// Chat templates are rendered with minijinja configured as transformers configures jinja2
 /// (`trim_blocks`, `lstrip_blocks`, loop controls), with `raise_exception`, `strftime_now`,
-/// `tojson`, and the Python string / dict methods HF templates use (`startswith`, `strip`,
-/// `split`, `items`, `get`, ...).
+/// `tojson` (Python's `json.dumps` with `ensure_ascii=False`; `indent`, `separators`,
+/// `sort_keys`, `ensure_ascii` as keyword arguments), and the Python string / dict methods HF
+/// templates use (`startswith`, `strip`, `split`, `items`, `get`, ...); dicts keep their key
+/// order. Tool-using conversations: [`ChatTokenizer::apply_chat_template_with_tools`] and
+/// [`ChatTokenizer::tool_turn_text`]; [`ChatTokenizer::with_chat_template`] overrides the
+/// template.
 ///
 /// ```
 /// use atomrl_sample::{ChatMessage, ChatTokenizer};
@@ -584,60 +588,125 @@ fn template_env(template: String) -> std::result::Result<Environment<'static>, m
     Ok(env)
 }
 
-/// transformers' `tojson`: `json.dumps(x, ensure_ascii=False)` with Python's separators
-/// (`", "`, `": "`), or `indent` spaces per level.
+/// transformers' `tojson`: `json.dumps(x, ensure_ascii=False, indent=indent,
+/// separators=separators, sort_keys=sort_keys)`: Python's separators (`", "`, `": "`; `","`
+/// between items when indented), `indent` spaces per level, keys in their order unless
+/// `sort_keys`, non-ASCII kept unless `ensure_ascii`.
 fn tojson(
     value: &Value,
     kwargs: minijinja::value::Kwargs,
 ) -> std::result::Result<Value, minijinja::Error> {
     let indent: Option<usize> = kwargs.get("indent")?;
-    // Accepted for compatibility; keys keep their order (HF templates pass sort_keys=False).
-    let _: Option<bool> = kwargs.get("ensure_ascii")?;
-    let _: Option<bool> = kwargs.get("sort_keys")?;
+    let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
+    let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
+    let separators: Option<Value> = kwargs.get("separators")?;
     kwargs.assert_all_used()?;
+    let (item_sep, key_sep) = match separators.filter(|s| !s.is_none()) {
+        None => (
+            if indent.is_some() { "," } else { ", " }.to_owned(),
+            ": ".to_owned(),
+        ),
+        Some(seps) => {
+            let seps: Vec<String> = seps
+                .try_iter()?
+                .map(|s| s.as_str().map(str::to_owned))
+                .collect::<Option<_>>()
+                .filter(|v: &Vec<String>| v.len() == 2)
+                .ok_or_else(|| {
+                    minijinja::Error::new(
+                        ErrorKind::InvalidOperation,
+                        "tojson: `separators` must be a pair of strings (item, key)",
+                    )
+                })?;
+            (seps[0].clone(), seps[1].clone())
+        }
+    };
     let json = serde_json::to_value(value)
         .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+    let style = PyJson {
+        indent,
+        item_sep,
+        key_sep,
+        sort_keys: sort_keys.unwrap_or(false),
+        ensure_ascii: ensure_ascii.unwrap_or(false),
+    };
     let mut out = String::new();
-    write_py_json(&json, indent, 0, &mut out);
+    style.write(&json, 0, &mut out);
     Ok(Value::from_safe_string(out))
 }
 
-fn write_py_json(v: &Json, indent: Option<usize>, depth: usize, out: &mut String) {
-    let newline = |out: &mut String, depth: usize| {
-        if let Some(n) = indent {
+/// Python `json.dumps` options.
+struct PyJson {
+    indent: Option<usize>,
+    item_sep: String,
+    key_sep: String,
+    sort_keys: bool,
+    ensure_ascii: bool,
+}
+
+impl PyJson {
+    fn newline(&self, out: &mut String, depth: usize) {
+        if let Some(n) = self.indent {
             out.push('\n');
             out.push_str(&" ".repeat(n * depth));
         }
-    };
-    let item_sep = if indent.is_some() { "," } else { ", " };
-    match v {
-        Json::Array(items) if !items.is_empty() => {
-            out.push('[');
-            for (i, x) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(item_sep);
+    }
+
+    fn write(&self, v: &Json, depth: usize, out: &mut String) {
+        match v {
+            Json::Array(items) if !items.is_empty() => {
+                out.push('[');
+                for (i, x) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(&self.item_sep);
+                    }
+                    self.newline(out, depth + 1);
+                    self.write(x, depth + 1, out);
                 }
-                newline(out, depth + 1);
-                write_py_json(x, indent, depth + 1, out);
+                self.newline(out, depth);
+                out.push(']');
             }
-            newline(out, depth);
-            out.push(']');
-        }
-        Json::Object(map) if !map.is_empty() => {
-            out.push('{');
-            for (i, (k, x)) in map.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(item_sep);
+            Json::Object(map) if !map.is_empty() => {
+                let mut entries: Vec<(&String, &Json)> = map.iter().collect();
+                if self.sort_keys {
+                    entries.sort_by(|a, b| a.0.cmp(b.0));
                 }
-                newline(out, depth + 1);
-                out.push_str(&Json::String(k.clone()).to_string());
-                out.push_str(": ");
-                write_py_json(x, indent, depth + 1, out);
+                out.push('{');
+                for (i, (k, x)) in entries.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(&self.item_sep);
+                    }
+                    self.newline(out, depth + 1);
+                    self.write_str(k, out);
+                    out.push_str(&self.key_sep);
+                    self.write(x, depth + 1, out);
+                }
+                self.newline(out, depth);
+                out.push('}');
             }
-            newline(out, depth);
-            out.push('}');
+            Json::String(s) => self.write_str(s, out),
+            other => out.push_str(&other.to_string()),
         }
-        other => out.push_str(&other.to_string()),
+    }
+
+    /// A JSON string as Python writes it (`\uXXXX`, with surrogate pairs, for non-ASCII
+    /// characters when `ensure_ascii`).
+    fn write_str(&self, s: &str, out: &mut String) {
+        let quoted = Json::String(s.to_owned()).to_string();
+        if !self.ensure_ascii || s.is_ascii() {
+            out.push_str(&quoted);
+            return;
+        }
+        for c in quoted.chars() {
+            if c.is_ascii() {
+                out.push(c);
+            } else {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+        }
     }
 }
 
@@ -872,6 +941,21 @@ mod tests {
             ChatMessage::user("c"),
         ];
         assert_eq!(render(t, &msgs, false), "ac{\"a\": 1}");
+    }
+
+    #[test]
+    fn tojson_takes_python_json_dumps_options() {
+        let msgs = [ChatMessage::user("é😀")];
+        let t = "{{ {'b': [1, 2], 'a': messages[0].content} | tojson }}|\
+                 {{ {'b': 1, 'a': 2} | tojson(sort_keys=true) }}|\
+                 {{ {'b': [1], 'a': 'x'} | tojson(separators=(',', ':')) }}|\
+                 {{ messages[0].content | tojson(ensure_ascii=true) }}|\
+                 {{ {'a': [1]} | tojson(indent=2) }}";
+        assert_eq!(
+            render(t, &msgs, false),
+            "{\"b\": [1, 2], \"a\": \"é😀\"}|{\"a\": 2, \"b\": 1}|{\"b\":[1],\"a\":\"x\"}|\
+             \"\\u00e9\\ud83d\\ude00\"|{\n  \"a\": [\n    1\n  ]\n}"
+        );
     }
 
     #[test]
