@@ -38,4 +38,26 @@ impl ChatMessage {
     pub fn user(content: impl Into<String>) -> Self {
         Self::new("user", content)
     }
+
+    /// An `assistant` message (a model turn; in a tool-using conversation its content carries
+    /// the tool calls as the model wrote them, e.g. Qwen's `<tool_call>...</tool_call>`).
+    ///
+    /// ```
+    /// let m = atomrl_core::ChatMessage::assistant("4");
+    /// assert_eq!((m.role.as_str(), m.content.as_str()), ("assistant", "4"));
+    /// ```
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new("assistant", content)
+    }
+
+    /// A `tool` message: the output of one tool call, answering the preceding assistant turn
+    /// (the role Hugging Face chat templates render as a tool response).
+    ///
+    /// ```
+    /// let m = atomrl_core::ChatMessage::tool("21");
+    /// assert_eq!((m.role.as_str(), m.content.as_str()), ("tool", "21"));
+    /// ```
+    pub fn tool(content: impl Into<String>) -> Self {
+        Self::new("tool", content)
+    }
 }

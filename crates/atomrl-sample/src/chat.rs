@@ -13,14 +13,24 @@ pub use atomrl_core::ChatMessage;
 
 const TEMPLATE_NAME: &str = "chat_template";
 
+/// The assistant content [`ChatTokenizer::tool_turn_text`] renders and looks for: plain ASCII
+/// letters and digits, no whitespace, markup or special token, so templates copy it unchanged.
+const TOOL_TURN_SENTINEL: &str = "AtomrlToolTurnSentinel7f3a91c2";
+/// The user message before it.
+const TOOL_TURN_USER: &str = "AtomrlToolTurnUser";
+
 /// A Hugging Face tokenizer folder: `tokenizer.json` (through the `tokenizers` crate), the
 /// special tokens and `chat_template` of `tokenizer_config.json` (or `chat_template.jinja`),
 /// and the EOS ids of `generation_config.json` / `config.json` when present.
 ///
 /// Chat templates are rendered with minijinja configured as transformers configures jinja2
 /// (`trim_blocks`, `lstrip_blocks`, loop controls), with `raise_exception`, `strftime_now`,
-/// `tojson`, and the Python string / dict methods HF templates use (`startswith`, `strip`,
-/// `split`, `items`, `get`, ...).
+/// `tojson` (Python's `json.dumps` with `ensure_ascii=False`; `indent`, `separators`,
+/// `sort_keys`, `ensure_ascii` as keyword arguments), and the Python string / dict methods HF
+/// templates use (`startswith`, `strip`, `split`, `items`, `get`, ...); dicts keep their key
+/// order. Tool-using conversations: [`ChatTokenizer::apply_chat_template_with_tools`] and
+/// [`ChatTokenizer::tool_turn_text`]; [`ChatTokenizer::with_chat_template`] overrides the
+/// template.
 ///
 /// ```
 /// use atomrl_sample::{ChatMessage, ChatTokenizer};
@@ -217,8 +227,9 @@ impl ChatTokenizer {
 
     /// Renders the chat template on `messages` (transformers' `apply_chat_template(messages,
     /// tokenize=False, add_generation_prompt=..)`). The template sees `messages`,
-    /// `add_generation_prompt` and the special tokens `bos_token`, `eos_token`, `pad_token`,
-    /// `unk_token`.
+    /// `add_generation_prompt`, `tools` and `documents` (both none) and the special tokens
+    /// `bos_token`, `eos_token`, `pad_token`, `unk_token`. This is
+    /// [`ChatTokenizer::apply_chat_template_with_tools`] with no tools.
     ///
     /// # Errors
     /// [`Error::Missing`] when the folder has no chat template, [`Error::Value`] when rendering
@@ -237,7 +248,172 @@ impl ChatTokenizer {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String> {
-        let func = "ChatTokenizer::apply_chat_template";
+        self.render(
+            "ChatTokenizer::apply_chat_template",
+            messages,
+            &[],
+            add_generation_prompt,
+        )
+    }
+
+    /// Renders the chat template on `messages` with the tool schemas `tools` (transformers'
+    /// `apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=..)`).
+    ///
+    /// Each tool is a JSON schema in the OpenAI / Hugging Face format
+    /// `{"type": "function", "function": {"name", "description", "parameters"}}`; the template
+    /// sees them, in order and with their keys in order, as `tools`. With an empty slice `tools`
+    /// is none, as transformers passes `tools=None`, so the result is
+    /// [`ChatTokenizer::apply_chat_template`]'s. The template also sees `messages`,
+    /// `add_generation_prompt`, `documents` (none) and the special tokens `bos_token`,
+    /// `eos_token`, `pad_token`, `unk_token`.
+    ///
+    /// # Errors
+    /// [`Error::Missing`] when the folder has no chat template, [`Error::Value`] when rendering
+    /// fails (including the template's own `raise_exception`).
+    ///
+    /// ```
+    /// use atomrl_sample::{ChatMessage, ChatTokenizer};
+    /// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+    /// let tok = ChatTokenizer::from_hf_dir(dir)?.with_chat_template(
+    ///     "{% if tools %}{% for t in tools %}{{ t.function.name }} {{ t | tojson }}\n{% endfor %}{% endif %}\
+    ///      {% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}",
+    /// )?;
+    /// let calc = serde_json::json!({"type": "function", "function": {"name": "calc", "parameters": {}}});
+    /// let text = tok.apply_chat_template_with_tools(&[ChatMessage::user("2*3?")], &[calc], true)?;
+    /// assert_eq!(
+    ///     text,
+    ///     "calc {\"type\": \"function\", \"function\": {\"name\": \"calc\", \"parameters\": {}}}\nuser: 2*3?\n"
+    /// );
+    /// let plain = tok.apply_chat_template_with_tools(&[ChatMessage::user("2*3?")], &[], true)?;
+    /// assert_eq!(plain, "user: 2*3?\n");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn apply_chat_template_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[Json],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        self.render(
+            "ChatTokenizer::apply_chat_template_with_tools",
+            messages,
+            tools,
+            add_generation_prompt,
+        )
+    }
+
+    /// The text the chat template writes between the end of an assistant turn's content and
+    /// the start of the next assistant turn's content, when that assistant turn is followed by
+    /// one `tool` message per entry of `responses` (in order) and then the generation prompt.
+    ///
+    /// In a multi-turn tool rollout, the completion of a turn (the assistant content, e.g. a
+    /// `<tool_call>`) is followed by these tokens, then the model generates again. For
+    /// Qwen2.5-Instruct and Qwen3 it is
+    /// `<|im_end|>\n<|im_start|>user\n<tool_response>\nR1\n</tool_response>\n<tool_response>\nR2\n</tool_response><|im_end|>\n<|im_start|>assistant\n`.
+    ///
+    /// It is computed from the template: the conversation `[user, assistant SENTINEL, tool
+    /// R1, ...]` is rendered (with `tools`) with the generation prompt and the text after the
+    /// sentinel is returned, after checking that the text before the sentinel is the rendering
+    /// of `[user]` with the generation prompt (so that prompt + assistant content + this text
+    /// is the rendering of the whole conversation).
+    ///
+    /// # Errors
+    /// [`Error::Value`] naming `responses` when it is empty; [`Error::Value`] naming
+    /// `chat_template` when the template drops or alters the assistant content, or renders the
+    /// assistant turn differently from the generation prompt it follows; as
+    /// [`ChatTokenizer::apply_chat_template_with_tools`] otherwise.
+    ///
+    /// ```
+    /// use atomrl_sample::ChatTokenizer;
+    /// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+    /// let tok = ChatTokenizer::from_hf_dir(dir)?; // plain ChatML: tool messages are turns of role `tool`
+    /// let text = tok.tool_turn_text(&["21".to_string()], &[])?;
+    /// assert_eq!(text, "<|im_end|>\n<|im_start|>tool\n21<|im_end|>\n<|im_start|>assistant\n");
+    /// assert!(tok.tool_turn_text(&[], &[]).is_err());
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn tool_turn_text(&self, responses: &[String], tools: &[Json]) -> Result<String> {
+        let func = "ChatTokenizer::tool_turn_text";
+        if responses.is_empty() {
+            return Err(Error::value(
+                func,
+                "responses",
+                "at least one tool response",
+                "an empty slice",
+            ));
+        }
+        let user = ChatMessage::user(TOOL_TURN_USER);
+        let mut messages = vec![user.clone(), ChatMessage::assistant(TOOL_TURN_SENTINEL)];
+        messages.extend(responses.iter().map(|r| ChatMessage::tool(r.as_str())));
+        let full = self.render(func, &messages, tools, true)?;
+        let prompt = self.render(func, &[user], tools, true)?;
+        let mut hits = full.match_indices(TOOL_TURN_SENTINEL);
+        let at = match (hits.next(), hits.next()) {
+            (Some((at, _)), None) => at,
+            (first, _) => {
+                return Err(Error::value(
+                    func,
+                    "chat_template",
+                    "a template that writes an assistant message's content once, unchanged",
+                    format!(
+                        "the content {TOOL_TURN_SENTINEL:?} appears {} times in the rendering",
+                        if first.is_none() { "0" } else { "several" }
+                    ),
+                ))
+            }
+        };
+        if full[..at] != prompt {
+            return Err(Error::value(
+                func,
+                "chat_template",
+                "a template whose assistant turn starts with the generation prompt \
+                 (rendering [user] with add_generation_prompt=true)",
+                format!(
+                    "{:?} before the assistant content, but the generation prompt gives {prompt:?}",
+                    &full[..at]
+                ),
+            ));
+        }
+        Ok(full[at + TOOL_TURN_SENTINEL.len()..].to_owned())
+    }
+
+    /// Replaces the chat template (TRL's `chat_template` option; also for a tokenizer folder
+    /// that has none). The template is compiled as [`ChatTokenizer::from_hf_dir`] compiles the
+    /// folder's own.
+    ///
+    /// # Errors
+    /// [`Error::Value`] naming `chat_template` when the template has a syntax error.
+    ///
+    /// ```
+    /// use atomrl_sample::{ChatMessage, ChatTokenizer};
+    /// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+    /// let tok = ChatTokenizer::from_hf_dir(dir)?
+    ///     .with_chat_template("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}")?;
+    /// assert_eq!(tok.apply_chat_template(&[ChatMessage::user("hi")], true)?, "[user] hi\n");
+    /// let err = ChatTokenizer::from_hf_dir(dir)?.with_chat_template("{% if %}").unwrap_err();
+    /// assert!(err.to_string().contains("chat_template"));
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn with_chat_template(mut self, template: impl Into<String>) -> Result<Self> {
+        let env = template_env(template.into()).map_err(|e| {
+            Error::value(
+                "ChatTokenizer::with_chat_template",
+                "chat_template",
+                "a Jinja chat template",
+                format!("{e:#}"),
+            )
+        })?;
+        self.env = Some(env);
+        Ok(self)
+    }
+
+    fn render(
+        &self,
+        func: &str,
+        messages: &[ChatMessage],
+        tools: &[Json],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         let env = self.env.as_ref().ok_or_else(|| {
             Error::missing(
                 func,
@@ -248,8 +424,15 @@ impl ChatTokenizer {
         let template = env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| Error::value(func, "chat_template", "a template", format!("{e:#}")))?;
+        let tools = if tools.is_empty() {
+            Value::from(())
+        } else {
+            Value::from_serialize(tools)
+        };
         let ctx = minijinja::context! {
             messages => Value::from_serialize(messages),
+            tools => tools,
+            documents => Value::from(()),
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.clone().unwrap_or_default(),
             eos_token => self.eos_token.clone().unwrap_or_default(),
@@ -405,60 +588,125 @@ fn template_env(template: String) -> std::result::Result<Environment<'static>, m
     Ok(env)
 }
 
-/// transformers' `tojson`: `json.dumps(x, ensure_ascii=False)` with Python's separators
-/// (`", "`, `": "`), or `indent` spaces per level.
+/// transformers' `tojson`: `json.dumps(x, ensure_ascii=False, indent=indent,
+/// separators=separators, sort_keys=sort_keys)`: Python's separators (`", "`, `": "`; `","`
+/// between items when indented), `indent` spaces per level, keys in their order unless
+/// `sort_keys`, non-ASCII kept unless `ensure_ascii`.
 fn tojson(
     value: &Value,
     kwargs: minijinja::value::Kwargs,
 ) -> std::result::Result<Value, minijinja::Error> {
     let indent: Option<usize> = kwargs.get("indent")?;
-    // Accepted for compatibility; keys keep their order (HF templates pass sort_keys=False).
-    let _: Option<bool> = kwargs.get("ensure_ascii")?;
-    let _: Option<bool> = kwargs.get("sort_keys")?;
+    let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
+    let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
+    let separators: Option<Value> = kwargs.get("separators")?;
     kwargs.assert_all_used()?;
+    let (item_sep, key_sep) = match separators.filter(|s| !s.is_none()) {
+        None => (
+            if indent.is_some() { "," } else { ", " }.to_owned(),
+            ": ".to_owned(),
+        ),
+        Some(seps) => {
+            let seps: Vec<String> = seps
+                .try_iter()?
+                .map(|s| s.as_str().map(str::to_owned))
+                .collect::<Option<_>>()
+                .filter(|v: &Vec<String>| v.len() == 2)
+                .ok_or_else(|| {
+                    minijinja::Error::new(
+                        ErrorKind::InvalidOperation,
+                        "tojson: `separators` must be a pair of strings (item, key)",
+                    )
+                })?;
+            (seps[0].clone(), seps[1].clone())
+        }
+    };
     let json = serde_json::to_value(value)
         .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+    let style = PyJson {
+        indent,
+        item_sep,
+        key_sep,
+        sort_keys: sort_keys.unwrap_or(false),
+        ensure_ascii: ensure_ascii.unwrap_or(false),
+    };
     let mut out = String::new();
-    write_py_json(&json, indent, 0, &mut out);
+    style.write(&json, 0, &mut out);
     Ok(Value::from_safe_string(out))
 }
 
-fn write_py_json(v: &Json, indent: Option<usize>, depth: usize, out: &mut String) {
-    let newline = |out: &mut String, depth: usize| {
-        if let Some(n) = indent {
+/// Python `json.dumps` options.
+struct PyJson {
+    indent: Option<usize>,
+    item_sep: String,
+    key_sep: String,
+    sort_keys: bool,
+    ensure_ascii: bool,
+}
+
+impl PyJson {
+    fn newline(&self, out: &mut String, depth: usize) {
+        if let Some(n) = self.indent {
             out.push('\n');
             out.push_str(&" ".repeat(n * depth));
         }
-    };
-    let item_sep = if indent.is_some() { "," } else { ", " };
-    match v {
-        Json::Array(items) if !items.is_empty() => {
-            out.push('[');
-            for (i, x) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(item_sep);
+    }
+
+    fn write(&self, v: &Json, depth: usize, out: &mut String) {
+        match v {
+            Json::Array(items) if !items.is_empty() => {
+                out.push('[');
+                for (i, x) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(&self.item_sep);
+                    }
+                    self.newline(out, depth + 1);
+                    self.write(x, depth + 1, out);
                 }
-                newline(out, depth + 1);
-                write_py_json(x, indent, depth + 1, out);
+                self.newline(out, depth);
+                out.push(']');
             }
-            newline(out, depth);
-            out.push(']');
-        }
-        Json::Object(map) if !map.is_empty() => {
-            out.push('{');
-            for (i, (k, x)) in map.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(item_sep);
+            Json::Object(map) if !map.is_empty() => {
+                let mut entries: Vec<(&String, &Json)> = map.iter().collect();
+                if self.sort_keys {
+                    entries.sort_by(|a, b| a.0.cmp(b.0));
                 }
-                newline(out, depth + 1);
-                out.push_str(&Json::String(k.clone()).to_string());
-                out.push_str(": ");
-                write_py_json(x, indent, depth + 1, out);
+                out.push('{');
+                for (i, (k, x)) in entries.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(&self.item_sep);
+                    }
+                    self.newline(out, depth + 1);
+                    self.write_str(k, out);
+                    out.push_str(&self.key_sep);
+                    self.write(x, depth + 1, out);
+                }
+                self.newline(out, depth);
+                out.push('}');
             }
-            newline(out, depth);
-            out.push('}');
+            Json::String(s) => self.write_str(s, out),
+            other => out.push_str(&other.to_string()),
         }
-        other => out.push_str(&other.to_string()),
+    }
+
+    /// A JSON string as Python writes it (`\uXXXX`, with surrogate pairs, for non-ASCII
+    /// characters when `ensure_ascii`).
+    fn write_str(&self, s: &str, out: &mut String) {
+        let quoted = Json::String(s.to_owned()).to_string();
+        if !self.ensure_ascii || s.is_ascii() {
+            out.push_str(&quoted);
+            return;
+        }
+        for c in quoted.chars() {
+            if c.is_ascii() {
+                out.push(c);
+            } else {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+        }
     }
 }
 
@@ -693,6 +941,21 @@ mod tests {
             ChatMessage::user("c"),
         ];
         assert_eq!(render(t, &msgs, false), "ac{\"a\": 1}");
+    }
+
+    #[test]
+    fn tojson_takes_python_json_dumps_options() {
+        let msgs = [ChatMessage::user("é😀")];
+        let t = "{{ {'b': [1, 2], 'a': messages[0].content} | tojson }}|\
+                 {{ {'b': 1, 'a': 2} | tojson(sort_keys=true) }}|\
+                 {{ {'b': [1], 'a': 'x'} | tojson(separators=(',', ':')) }}|\
+                 {{ messages[0].content | tojson(ensure_ascii=true) }}|\
+                 {{ {'a': [1]} | tojson(indent=2) }}";
+        assert_eq!(
+            render(t, &msgs, false),
+            "{\"b\": [1, 2], \"a\": \"é😀\"}|{\"a\": 2, \"b\": 1}|{\"b\":[1],\"a\":\"x\"}|\
+             \"\\u00e9\\ud83d\\ude00\"|{\n  \"a\": [\n    1\n  ]\n}"
+        );
     }
 
     #[test]
