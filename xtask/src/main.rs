@@ -25,6 +25,9 @@ enum Task {
     Deps,
     /// Build the embedded tiny model of the `grpo_gsm8k` example (tokenizer + SFT), reproducibly.
     TinyModel(tiny_model::TinyModelArgs),
+    /// Build the embedded tool-calling model of the `grpo_tools` example (a short SFT of the
+    /// tiny model on calculator traces), reproducibly.
+    TinyModelTools(tiny_model::tools_model::ToolModelArgs),
     /// Decode tokens/s, one GRPO step and peak memory on a random-weight model (docs/cuda.md).
     Bench(bench::BenchArgs),
     /// Check that a device (a GPU) computes what the CPU does: logits, log-probs, gradients,
@@ -80,8 +83,9 @@ fn data(a: &DataArgs) -> Result<()> {
 }
 
 /// Crates users `cargo add` for one piece: they must stay light.
-const LIGHT_CRATES: [&str; 7] = [
+const LIGHT_CRATES: [&str; 8] = [
     "atomrl-core",
+    "atomrl-tools",
     "atomrl-advantage",
     "atomrl-loss",
     "atomrl-reward",
@@ -105,6 +109,7 @@ fn main() -> Result<()> {
         Task::Check => check(),
         Task::Deps => deps(),
         Task::TinyModel(args) => tiny_model::run(&args),
+        Task::TinyModelTools(args) => tiny_model::tools_model::run(&args),
         Task::Bench(args) => bench::run(&args),
         Task::DeviceCheck(args) => device_check::run(&args).map(|_| ()),
         Task::Data(args) => data(&args),

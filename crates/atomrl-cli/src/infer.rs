@@ -4,10 +4,11 @@ use std::path::{Path, PathBuf};
 
 use atomrl_core::{Error, Result};
 use atomrl_model::{CausalLm, ADAPTER_CONFIG_FILE};
-use atomrl_reward::correctness_score;
-use atomrl_sample::{generate_samples, ChatTokenizer, SamplingParams};
+use atomrl_reward::{correctness_score, ToolCallRecord};
+use atomrl_sample::{ChatTokenizer, SamplingParams};
+use atomrl_tools::ToolSet;
 use atomrl_trainer::data::{Example, Prompt};
-use atomrl_trainer::grpo::PromptEncoder;
+use atomrl_trainer::grpo::{generate_rows, PromptEncoder, ToolUse};
 use candle_core::{DType, Device};
 
 /// A model ready to answer: a full HF checkpoint, or a LoRA adapter on its base model.
@@ -28,6 +29,8 @@ pub struct Answerer {
     tokenizer: ChatTokenizer,
     encoder: PromptEncoder,
     params: SamplingParams,
+    tools: ToolSet,
+    max_tool_turns: usize,
 }
 
 /// One answer (see [`Answerer`] for an example).
@@ -35,10 +38,12 @@ pub struct Answerer {
 pub struct Answer {
     /// The question.
     pub question: String,
-    /// The generated completion.
+    /// The generated completion (with tools: every turn, tool responses included).
     pub completion: String,
-    /// 1/0 correctness when a ground truth was given.
+    /// 1/0 correctness of the final answer when a ground truth was given.
     pub correct: Option<f64>,
+    /// The tool calls made, in order (empty without tools).
+    pub tool_calls: Vec<ToolCallRecord>,
 }
 
 impl Answerer {
@@ -93,13 +98,38 @@ impl Answerer {
             chat_template: true,
             system_prompt,
             max_prompt_length: usize::MAX,
+            tool_schemas: Vec::new(),
         };
         Ok(Self {
             model,
             tokenizer,
             encoder,
             params,
+            tools: ToolSet::new(),
+            max_tool_turns: 0,
         })
+    }
+
+    /// Lets the model call `tools`, up to `max_tool_turns` tool turns per answer (the
+    /// rollouts' multi-turn loop: see `atomrl_sample::generate_with_tools`); the tools'
+    /// schemas go to the chat template.
+    ///
+    /// ```
+    /// use atomrl_cli::infer::Answerer;
+    /// use atomrl_tools::ToolSet;
+    /// use atomrl_trainer::data::Example;
+    /// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+    /// let answerer = Answerer::load(dir.as_ref(), &candle_core::Device::Cpu, 4, 0.0, None)?
+    ///     .with_tools(ToolSet::from_names(&["calculator"])?, 2);
+    /// let answers = answerer.answer(&[Example::new("What is 3+4?".to_string(), "7")])?;
+    /// assert!(answers[0].tool_calls.is_empty()); // a random model calls nothing
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_tools(mut self, tools: ToolSet, max_tool_turns: usize) -> Self {
+        self.encoder.tool_schemas = tools.schemas();
+        self.tools = tools;
+        self.max_tool_turns = max_tool_turns;
+        self
     }
 
     /// Answers every example (in batches of 64); scores correctness when `ground_truth` is set.
@@ -115,21 +145,24 @@ impl Answerer {
                 .map(|e| self.encoder.encode(&self.tokenizer, e))
                 .collect::<Result<Vec<_>>>()?;
             let ids: Vec<Vec<u32>> = prompts.iter().map(|p| p.ids.clone()).collect();
-            let out = generate_samples(&self.model, &ids, &self.params, Some(&self.tokenizer))?;
-            let texts = self
-                .tokenizer
-                .decode_completions(&out, &self.params.stop_strings)?;
-            for (e, text) in chunk.iter().zip(texts) {
+            let tools = (!self.tools.is_empty()).then_some(ToolUse {
+                tools: &self.tools,
+                max_tool_turns: self.max_tool_turns,
+            });
+            let (rows, _) = generate_rows(&self.model, &self.tokenizer, &ids, &self.params, tools)?;
+            for (e, row) in chunk.iter().zip(rows) {
                 let question = match &e.prompt {
                     Prompt::Text(t) => t.clone(),
                     Prompt::Messages(m) => m.last().map(|m| m.content.clone()).unwrap_or_default(),
                 };
-                let correct = (!e.ground_truth.is_empty())
-                    .then(|| correctness_score(&text, &e.ground_truth, &Default::default()) as f64);
+                let correct = (!e.ground_truth.is_empty()).then(|| {
+                    correctness_score(&row.answer, &e.ground_truth, &Default::default()) as f64
+                });
                 answers.push(Answer {
                     question,
-                    completion: text,
+                    completion: row.text,
                     correct,
+                    tool_calls: row.trajectory.map(|t| t.tool_calls).unwrap_or_default(),
                 });
             }
         }

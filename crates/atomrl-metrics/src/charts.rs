@@ -102,6 +102,17 @@ const CHARTS: &[Chart] = &[
         ],
     },
     Chart {
+        file: "tools.png",
+        title: "Tool use",
+        y_label: "calls per completion / share",
+        series: &[
+            series(keys::TOOLS_CALLS_PER_COMPLETION, Kind::Smoothed, false),
+            series(keys::TOOLS_ERROR_RATE, Kind::Smoothed, false),
+            series(keys::TOOLS_MAX_TURNS_FRAC, Kind::Line, false),
+            series(keys::EVAL_TOOLS_CALLS_PER_COMPLETION, Kind::Markers, false),
+        ],
+    },
+    Chart {
         file: "kl.png",
         title: "KL divergence to the reference policy",
         y_label: "kl",
@@ -141,6 +152,7 @@ pub fn chart_files() -> Vec<&'static str> {
 /// | `reward.png` | `reward/mean` with a ±`reward/std` band, each `reward/<fn>/mean`, `eval/accuracy` markers |
 /// | `accuracy.png` | `accuracy`, `eval/accuracy` markers |
 /// | `completion_length.png` | `completion_length/mean`, `completion_length/max` |
+/// | `tools.png` | `tools/calls_per_completion`, `tools/error_rate`, `tools/max_turns_frac`, `eval/tools/calls_per_completion` markers |
 /// | `kl.png` | `kl` |
 /// | `entropy.png` | `entropy` |
 /// | `loss.png` | `loss` |

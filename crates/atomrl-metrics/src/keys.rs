@@ -33,6 +33,15 @@ pub const ZERO_STD_GROUPS_FRAC: &str = "zero_std_groups_frac";
 pub const DROPPED_GROUPS: &str = "dropped_groups";
 /// Generation rounds the step took.
 pub const GENERATION_ROUNDS: &str = "generation_rounds";
+/// Tool rollouts: mean tool calls per completion.
+pub const TOOLS_CALLS_PER_COMPLETION: &str = "tools/calls_per_completion";
+/// Tool rollouts: share of tool calls that failed (bad JSON, unknown tool, bad arguments, a
+/// tool error or timeout).
+pub const TOOLS_ERROR_RATE: &str = "tools/error_rate";
+/// Tool rollouts: share of completions that called again after the last allowed tool turn.
+pub const TOOLS_MAX_TURNS_FRAC: &str = "tools/max_turns_frac";
+/// Tool rollouts: share of completions that called a tool at least once.
+pub const TOOLS_USE_FRAC: &str = "tools/use_frac";
 /// KL to the reference policy (NaN when no reference is held).
 pub const KL: &str = "kl";
 /// Mean policy entropy per token.
@@ -75,6 +84,10 @@ pub const EVAL_FORMAT_RATE: &str = "eval/format_rate";
 pub const EVAL_COMPLETION_LENGTH: &str = "eval/completion_length";
 /// Held-out loss (SFT).
 pub const EVAL_LOSS: &str = "eval/loss";
+/// Held-out mean tool calls per completion (runs with tools).
+pub const EVAL_TOOLS_CALLS_PER_COMPLETION: &str = "eval/tools/calls_per_completion";
+/// Held-out share of failed tool calls (runs with tools).
+pub const EVAL_TOOLS_ERROR_RATE: &str = "eval/tools/error_rate";
 
 /// The key of reward function `name`'s mean: `reward/<name>/mean`.
 pub fn reward_fn_mean(name: &str) -> String {

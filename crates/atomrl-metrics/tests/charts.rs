@@ -38,7 +38,10 @@ fn run_rows(steps: u64) -> Vec<MetricRow> {
                 .push("completion_length/max", 512.0 - 100.0 * t)
                 .push("kl", 0.002 * s as f64)
                 .push("entropy", 0.9 - 0.4 * t)
-                .push("loss", if s == 7 { f64::NAN } else { 0.05 * (1.0 - t) });
+                .push("loss", if s == 7 { f64::NAN } else { 0.05 * (1.0 - t) })
+                .push("tools/calls_per_completion", 0.2 + 0.8 * t)
+                .push("tools/error_rate", 0.1 * (1.0 - t))
+                .push("tools/max_turns_frac", 0.0);
             if s % 10 == 0 {
                 row.push("eval/accuracy", 0.15 + 0.65 * t);
             }
@@ -62,6 +65,7 @@ fn every_chart_is_a_valid_png_of_the_right_size() {
             "reward.png",
             "accuracy.png",
             "completion_length.png",
+            "tools.png",
             "kl.png",
             "entropy.png",
             "loss.png"

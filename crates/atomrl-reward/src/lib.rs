@@ -61,6 +61,7 @@ mod registry;
 mod reward_fn;
 mod steps;
 mod tags;
+mod trajectory;
 
 pub use atomrl_core::{Error, Result, RewardBatch};
 pub use builtin::{
@@ -86,3 +87,4 @@ pub use registry::functions;
 pub use reward_fn::{FnReward, RewardContext, RewardFn};
 pub use steps::{parse_steps, step_reward, step_score, Step};
 pub use tags::Tags;
+pub use trajectory::{ToolCallRecord, Trajectory};

@@ -4,6 +4,7 @@ use atomrl_core::{Error, Result};
 use candle_core::Tensor;
 
 use crate::batch::{check_len, rewards_tensor};
+use crate::trajectory::Trajectory;
 
 /// Per-completion context a reward can use besides the completion text. Every field is
 /// optional; a reward that needs one asks for it with `require_*`, which names the reward in its
@@ -33,6 +34,9 @@ pub struct RewardContext {
     pub completion_lengths: Option<Vec<usize>>,
     /// The generation limit in tokens (used by the overlong penalty when it has no `max_len`).
     pub max_completion_length: Option<usize>,
+    /// With tool rollouts, each completion's whole trajectory (text with the tool turns, and
+    /// the calls with their results), `[N]`; the completion itself is the final model turn.
+    pub trajectories: Option<Vec<Trajectory>>,
 }
 
 fn strings<S: Into<String>>(items: impl IntoIterator<Item = S>) -> Vec<String> {
@@ -72,6 +76,21 @@ impl RewardContext {
         self
     }
 
+    /// Sets the multi-turn trajectories.
+    ///
+    /// ```
+    /// use atomrl_reward::{RewardContext, Trajectory};
+    /// let ctx = RewardContext::new().with_trajectories(vec![Trajectory::default(); 2]);
+    /// assert!(ctx.validate(2).is_ok() && ctx.validate(1).is_err());
+    /// assert_eq!(ctx.require_trajectories("tool_use")?.len(), 2);
+    /// assert!(RewardContext::new().require_trajectories("tool_use").is_err());
+    /// # Ok::<(), atomrl_reward::Error>(())
+    /// ```
+    pub fn with_trajectories(mut self, trajectories: Vec<Trajectory>) -> Self {
+        self.trajectories = Some(trajectories);
+        self
+    }
+
     /// Checks that every given vector has `n` entries.
     ///
     /// # Errors
@@ -87,6 +106,9 @@ impl RewardContext {
         }
         if let Some(v) = &self.completion_lengths {
             check_len(FUNC, "completion_lengths", v.len(), n)?;
+        }
+        if let Some(v) = &self.trajectories {
+            check_len(FUNC, "trajectories", v.len(), n)?;
         }
         Ok(())
     }
@@ -125,6 +147,24 @@ impl RewardContext {
                 func,
                 "completion_lengths",
                 "[N] completion lengths in tokens in the RewardContext",
+            )
+        })
+    }
+}
+
+impl RewardContext {
+    /// The trajectories, or [`Error::Missing`] naming `func` (set only by tool rollouts).
+    ///
+    /// # Errors
+    /// When `trajectories` is `None`.
+    ///
+    /// See [`RewardContext::with_trajectories`] for an example.
+    pub fn require_trajectories(&self, func: &str) -> Result<&[Trajectory]> {
+        self.trajectories.as_deref().ok_or_else(|| {
+            Error::missing(
+                func,
+                "trajectories",
+                "[N] multi-turn trajectories in the RewardContext (a run with `tools`)",
             )
         })
     }

@@ -48,6 +48,8 @@ mod params;
 mod process;
 mod registry;
 mod rollout;
+mod tool_rollout;
+mod trajectory;
 
 pub use atomrl_core::{Error, Result};
 pub use chat::{ChatMessage, ChatTokenizer};
@@ -60,3 +62,5 @@ pub use process::{
 };
 pub use registry::functions;
 pub use rollout::{FinishReason, RolloutBatch};
+pub use tool_rollout::{generate_with_tools, MAX_TOOL_TURNS_LIMIT};
+pub use trajectory::{ToolRolloutBatch, ToolRolloutTensors, ToolTrajectory};

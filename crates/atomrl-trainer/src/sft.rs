@@ -68,9 +68,11 @@ impl Trainer {
                 )
             })
             .collect::<Result<Vec<_>>>()?;
-        let refs: Vec<(&[u32], &[u32])> = seqs
+        let masks: Vec<Vec<bool>> = seqs.iter().map(|(_, c)| vec![true; c.len()]).collect();
+        let refs: Vec<(&[u32], &[u32], &[bool])> = seqs
             .iter()
-            .map(|(p, c)| (p.as_slice(), c.as_slice()))
+            .zip(&masks)
+            .map(|((p, c), m)| (p.as_slice(), c.as_slice(), m.as_slice()))
             .collect();
         let zeros = vec![0f32; refs.len()];
         let all = vec![true; refs.len()];

@@ -32,10 +32,12 @@ fn ragged_batch(adv: &[f32; 6], completion_len: fn(usize) -> usize) -> TrainingB
                 .collect()
         })
         .collect();
-    let rows: Vec<(&[u32], &[u32])> = prompts
+    let masks: Vec<Vec<bool>> = completions.iter().map(|c| vec![true; c.len()]).collect();
+    let rows: Vec<(&[u32], &[u32], &[bool])> = prompts
         .iter()
         .zip(&completions)
-        .map(|(p, c)| (p.as_slice(), c.as_slice()))
+        .zip(&masks)
+        .map(|((p, c), m)| (p.as_slice(), c.as_slice(), m.as_slice()))
         .collect();
     TrainingBatch::build(&rows, adv, &[true; 6], 0, &Device::Cpu).unwrap()
 }

@@ -213,6 +213,7 @@ fn data_parallel_workers_train_deterministically() {
         chat_template: true,
         system_prompt: None,
         max_prompt_length: 64,
+        tool_schemas: Vec::new(),
     };
     let examples: Vec<Example> = (0..7)
         .map(|i| Example {
@@ -222,7 +223,7 @@ fn data_parallel_workers_train_deterministically() {
         })
         .collect();
     let one = evaluate(&model, &tok, &encoder, &examples, 8).unwrap();
-    let three = evaluate_sharded(&model, &tok, &encoder, &examples, 8, 3).unwrap();
+    let three = evaluate_sharded(&model, &tok, &encoder, &examples, 8, 3, None).unwrap();
     assert_eq!(
         (one.accuracy, one.format_rate, one.mean_length, one.count),
         (

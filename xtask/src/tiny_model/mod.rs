@@ -20,6 +20,8 @@
 mod sft_data;
 mod sha256;
 pub mod tokenizer;
+mod tool_traces;
+pub mod tools_model;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -104,6 +106,24 @@ pub struct TinyModelArgs {
 }
 
 impl TinyModelArgs {
+    /// The options of the shipped model (every flag at its default).
+    pub fn defaults() -> Self {
+        Self {
+            steps: DEFAULT_STEPS,
+            decay_steps: DEFAULT_DECAY_STEPS,
+            out: None,
+            seed: SYNTHETIC_DEFAULT.2,
+            min_ops: SYNTHETIC_DEFAULT_PROBLEMS.0,
+            max_ops: SYNTHETIC_DEFAULT_PROBLEMS.1,
+            max_value: SYNTHETIC_DEFAULT_PROBLEMS.2,
+            bare_fraction: DEFAULT_BARE_FRACTION,
+            threads: DEFAULT_THREADS,
+            eval_steps: 0,
+            resume_from: None,
+            work_dir: None,
+        }
+    }
+
     /// The synthetic data of the build (the example's `--dataset synthetic` for the defaults).
     fn data_source(&self) -> DataSource {
         let (train, eval, _) = SYNTHETIC_DEFAULT;
@@ -267,6 +287,7 @@ pub fn run(a: &TinyModelArgs) -> Result<()> {
         chat_template: true,
         system_prompt: None,
         max_prompt_length: GRPOArgs::preset(Recipe::Sft).max_prompt_length,
+        tool_schemas: Vec::new(),
     };
     let mut phase2_resume = a.resume_from.clone();
     if constant_steps > 0 && resumed_at.is_none_or(|s| s < constant_steps) {

@@ -60,9 +60,9 @@ fn chatml(example: &Example) -> Result<String> {
 
 /// `text` cut at every special token and tag (which must not take part in the merges: they
 /// are whole tokens of their own), in order, without empty pieces.
-fn pieces(text: &str) -> Vec<String> {
+fn pieces(text: &str, tags: &[&str]) -> Vec<String> {
     let mut out = vec![text.to_string()];
-    for token in SPECIAL_TOKENS.iter().chain(TAGS.iter()) {
+    for token in SPECIAL_TOKENS.iter().chain(tags.iter()) {
         out = out
             .iter()
             .flat_map(|p| p.split(token).map(str::to_string).collect::<Vec<_>>())
@@ -78,16 +78,31 @@ fn pieces(text: &str) -> Vec<String> {
 /// # Errors
 /// Training or I/O failures, or a vocabulary that does not come out as specified.
 pub fn train_tokenizer(corpus: &[Example], dir: &Path) -> Result<()> {
+    train_tokenizer_with(corpus, dir, &TAGS, CHAT_TEMPLATE)
+}
+
+/// [`train_tokenizer`] with other added tags (each one token, never merged) and chat template:
+/// the tool model's tokenizer adds `<tool_call>`, `</tool_call>`, `<tool_response>` and
+/// `</tool_response>` (single tokens in Qwen3's vocabulary too).
+///
+/// # Errors
+/// As [`train_tokenizer`].
+pub fn train_tokenizer_with(
+    corpus: &[Example],
+    dir: &Path,
+    tags: &[&str],
+    chat_template: &str,
+) -> Result<()> {
     let mut texts = Vec::new();
     for example in corpus {
-        texts.extend(pieces(&chatml(example)?));
+        texts.extend(pieces(&chatml(example)?, tags));
     }
     let special: Vec<AddedToken> = SPECIAL_TOKENS
         .iter()
         .map(|t| AddedToken::from(*t, true).normalized(false))
         .collect();
     let mut trainer = BpeTrainerBuilder::new()
-        .vocab_size(VOCAB_SIZE - TAGS.len())
+        .vocab_size(VOCAB_SIZE - tags.len())
         .min_frequency(2)
         .show_progress(false)
         .special_tokens(special)
@@ -111,11 +126,11 @@ pub fn train_tokenizer(corpus: &[Example], dir: &Path) -> Result<()> {
         .map_err(|e| anyhow!("building the tokenizer: {e}"))?;
     tok.train(&mut trainer, texts.iter())
         .map_err(|e| anyhow!("training the tokenizer: {e}"))?;
-    let tags: Vec<AddedToken> = TAGS
+    let added: Vec<AddedToken> = tags
         .iter()
         .map(|t| AddedToken::from(*t, false).normalized(false))
         .collect();
-    tok.add_tokens(tags)
+    tok.add_tokens(added)
         .map_err(|e| anyhow!("adding the tags: {e}"))?;
     for (i, t) in SPECIAL_TOKENS.iter().enumerate() {
         ensure!(
@@ -132,7 +147,10 @@ pub fn train_tokenizer(corpus: &[Example], dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     tok.save(dir.join("tokenizer.json"), true)
         .map_err(|e| anyhow!("saving tokenizer.json: {e}"))?;
-    write_json(&dir.join("tokenizer_config.json"), &tokenizer_config(&tok)?)?;
+    write_json(
+        &dir.join("tokenizer_config.json"),
+        &tokenizer_config(&tok, tags, chat_template)?,
+    )?;
     write_json(
         &dir.join("generation_config.json"),
         &json!({ "bos_token_id": 0, "eos_token_id": [2, 0], "pad_token_id": 0 }),
@@ -140,12 +158,12 @@ pub fn train_tokenizer(corpus: &[Example], dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn tokenizer_config(tok: &Impl) -> Result<Value> {
+fn tokenizer_config(tok: &Impl, tags: &[&str], chat_template: &str) -> Result<Value> {
     let mut decoder = serde_json::Map::new();
     let added = SPECIAL_TOKENS
         .iter()
         .map(|t| (*t, true))
-        .chain(TAGS.iter().map(|t| (*t, false)));
+        .chain(tags.iter().map(|t| (*t, false)));
     for (content, special) in added {
         let id = tok
             .token_to_id(content)
@@ -176,7 +194,7 @@ fn tokenizer_config(tok: &Impl) -> Result<Value> {
         "padding_side": "right",
         "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
         "added_tokens_decoder": decoder,
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": chat_template,
     }))
 }
 
@@ -276,7 +294,10 @@ mod tests {
 
     #[test]
     fn pieces_drop_special_tokens_and_tags() {
-        let p = pieces("<|im_start|>user\nhi<|im_end|>\n<think>\n1+2=3\n</think>");
+        let p = pieces(
+            "<|im_start|>user\nhi<|im_end|>\n<think>\n1+2=3\n</think>",
+            &TAGS,
+        );
         assert_eq!(p, vec!["user\nhi", "\n", "\n1+2=3\n"]);
     }
 }

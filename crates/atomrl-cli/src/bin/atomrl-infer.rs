@@ -8,9 +8,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 use atomrl_cli::infer::Answerer;
 use atomrl_core::DeviceSpec;
+use atomrl_tools::ToolSet;
 use atomrl_trainer::data::{load_jsonl, Example, Prompt};
 use atomrl_trainer::runtime::set_threads;
 use clap::Parser;
@@ -42,6 +43,12 @@ struct Cli {
     /// Compute threads (0 = all cores).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// Tools the model may call (`--tools calculator`); each call and its result are shown.
+    #[arg(long, value_delimiter = ',')]
+    tools: Vec<String>,
+    /// With `--tools`: tool turns per answer at most.
+    #[arg(long, default_value_t = 3)]
+    max_tool_turns: usize,
 }
 
 fn main() -> ExitCode {
@@ -63,16 +70,22 @@ fn run(cli: Cli) -> Result<()> {
         _ => bail!("give either a question or --file questions.jsonl"),
     };
     let device = cli.device.open()?;
+    let tools = ToolSet::from_names(&cli.tools).map_err(|e| anyhow!("--tools: {e}"))?;
     let answerer = Answerer::load(
         &cli.checkpoint,
         &device,
         cli.max_new_tokens,
         cli.temperature,
         cli.system_prompt,
-    )?;
+    )?
+    .with_tools(tools, cli.max_tool_turns);
     let answers = answerer.answer(&examples)?;
     if cli.question.is_some() {
         if let Some(a) = answers.first() {
+            for c in &a.tool_calls {
+                let name = c.name.as_deref().unwrap_or("?");
+                eprintln!("tool call: {name}: {} -> {}", c.call, c.output);
+            }
             println!("{}", a.completion);
         }
         return Ok(());
@@ -81,7 +94,14 @@ fn run(cli: Cli) -> Result<()> {
     for a in &answers {
         println!(
             "{}",
-            serde_json::json!({"question": a.question, "completion": a.completion, "correct": a.correct})
+            serde_json::json!({
+                "question": a.question,
+                "completion": a.completion,
+                "correct": a.correct,
+                "tool_calls": a.tool_calls.iter().map(|c| serde_json::json!({
+                    "name": c.name, "call": c.call, "output": c.output, "failed": c.failed,
+                })).collect::<Vec<_>>(),
+            })
         );
         scored.extend(a.correct);
     }

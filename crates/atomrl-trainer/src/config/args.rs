@@ -244,12 +244,27 @@ pub struct GRPOArgs {
     /// completions.
     #[serde(default)]
     pub workers: usize,
+    /// Tools the model may call during rollouts and evaluation (`["calculator"]`): their
+    /// schemas go to the chat template's `tools`, and each `<tool_call>` the model writes is
+    /// run and answered in a tool turn (see `atomrl_sample::generate_with_tools`). Empty (the
+    /// default): single-turn rollouts.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// With `tools`: tool turns per completion at most (a completion that calls once more
+    /// ends there). `max_completion_length` covers the whole multi-turn completion.
+    #[serde(default = "default_max_tool_turns")]
+    pub max_tool_turns: usize,
     /// Apply the tokenizer's chat template to prompts (false: prompts are already templated).
     pub chat_template: bool,
     /// Optional system prompt put before each prompt.
     pub system_prompt: Option<String>,
     /// Show a progress bar.
     pub progress: bool,
+}
+
+/// [`GRPOArgs::max_tool_turns`]'s default.
+fn default_max_tool_turns() -> usize {
+    3
 }
 
 impl GRPOArgs {
@@ -348,6 +363,8 @@ mod tests {
             gradient_checkpointing: false,
             threads: 0,
             workers: 0,
+            tools: Vec::new(),
+            max_tool_turns: 3,
             chat_template: true,
             system_prompt: None,
             progress: true,

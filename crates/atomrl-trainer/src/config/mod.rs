@@ -5,6 +5,7 @@ mod args;
 mod load;
 mod resume;
 mod rewards;
+mod tools;
 mod validate;
 
 pub use args::{GRPOArgs, LoraArgs, LrSchedule, Recipe, RewardSpec};
@@ -14,4 +15,5 @@ pub use atomrl_core::{ComputeDtype, DeviceSpec};
 pub use load::load_args;
 pub use resume::Resume;
 pub use rewards::build_rewards;
+pub use tools::build_tools;
 pub use validate::validate;

@@ -36,14 +36,15 @@ impl TrainingBatch {
         scalar_f64(func, &self.completion_mask.sum_all().ctx(func)?)
     }
 
-    /// Pads `(prompt, completion)` token sequences (prompts to the left, completions to the
-    /// right, with `pad_id`); rows whose `loss_row` is false keep their tokens but get an
-    /// all-zero completion mask.
+    /// Pads `(prompt, completion, model_token)` rows (prompts to the left, completions to the
+    /// right, with `pad_id`). The completion mask is 1 where `model_token` is true (tool turns
+    /// of multi-turn rollouts are false: attended to, but outside the loss); rows whose
+    /// `loss_row` is false keep their tokens but get an all-zero completion mask.
     ///
     /// # Errors
     /// Tensor construction failures.
     pub fn build(
-        rows: &[(&[u32], &[u32])],
+        rows: &[(&[u32], &[u32], &[bool])],
         advantages: &[f32],
         loss_row: &[bool],
         pad_id: u32,
@@ -58,7 +59,7 @@ impl TrainingBatch {
         let mut cmask = Vec::with_capacity(n * t);
         let mut groups: HashMap<&[u32], u32> = HashMap::new();
         let mut prompt_groups = Vec::with_capacity(n);
-        for (&(prompt, completion), &counts) in rows.iter().zip(loss_row) {
+        for (&(prompt, completion, model_token), &counts) in rows.iter().zip(loss_row) {
             let lp = prompt.len();
             let lc = completion.len();
             ids.extend(std::iter::repeat_n(pad_id, p - lp));
@@ -68,8 +69,11 @@ impl TrainingBatch {
             mask.extend(std::iter::repeat_n(0f32, p - lp));
             mask.extend(std::iter::repeat_n(1f32, lp + lc));
             mask.extend(std::iter::repeat_n(0f32, t - lc));
-            let on = if counts { 1f32 } else { 0f32 };
-            cmask.extend(std::iter::repeat_n(on, lc));
+            cmask.extend(
+                model_token
+                    .iter()
+                    .map(|&m| if counts && m { 1f32 } else { 0f32 }),
+            );
             cmask.extend(std::iter::repeat_n(0f32, t - lc));
             let next = groups.len() as u32;
             prompt_groups.push(*groups.entry(prompt).or_insert(next));
@@ -206,7 +210,11 @@ mod tests {
     fn compact_drops_columns_that_are_padding_everywhere() {
         let d = Device::Cpu;
         let (long_p, long_c) = ([1u32, 2, 3, 4], [5u32, 6, 7, 8, 9]);
-        let rows: [(&[u32], &[u32]); 3] = [(&long_p, &[5, 6]), (&[3, 4], &[7]), (&[4], &long_c)];
+        let rows: [(&[u32], &[u32], &[bool]); 3] = [
+            (&long_p, &[5, 6], &[true; 2]),
+            (&[3, 4], &[7], &[true]),
+            (&[4], &long_c, &[true; 5]),
+        ];
         let b = TrainingBatch::build(&rows, &[1.0, -1.0, 0.5], &[true; 3], 0, &d).unwrap();
         let kept = b.select(&[1, 0]).unwrap().compact().unwrap();
         assert_eq!(kept.completion_len, 2);
@@ -225,10 +233,34 @@ mod tests {
     }
 
     #[test]
+    fn tool_turns_are_attended_to_but_not_in_the_loss() {
+        let d = Device::Cpu;
+        // model, model, tool, tool, model | a truncated row left out of the loss
+        let rows: [(&[u32], &[u32], &[bool]); 2] = [
+            (&[1, 2], &[5, 6, 7, 8, 9], &[true, true, false, false, true]),
+            (&[3], &[5, 6], &[true, false]),
+        ];
+        let b = TrainingBatch::build(&rows, &[1.0, 1.0], &[true, false], 0, &d).unwrap();
+        let cmask: Vec<Vec<f32>> = b.completion_mask.to_vec2().unwrap();
+        assert_eq!(
+            cmask,
+            vec![vec![1.0, 1.0, 0.0, 0.0, 1.0], vec![0.0, 0.0, 0.0, 0.0, 0.0]]
+        );
+        let att: Vec<Vec<f32>> = b.attention_mask.to_vec2().unwrap();
+        assert_eq!(att[0], vec![1.0; 7]);
+        assert_eq!(att[1], vec![0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0]);
+    }
+
+    #[test]
     fn shared_prompts_keep_each_prompt_once() {
         let d = Device::Cpu;
         let (a, b) = ([1u32, 2, 3], [4u32]);
-        let rows: [(&[u32], &[u32]); 4] = [(&a, &[5, 6]), (&b, &[7]), (&a, &[8]), (&b, &[9, 9])];
+        let rows: [(&[u32], &[u32], &[bool]); 4] = [
+            (&a, &[5, 6], &[true; 2]),
+            (&b, &[7], &[true]),
+            (&a, &[8], &[true]),
+            (&b, &[9, 9], &[true; 2]),
+        ];
         let batch = TrainingBatch::build(&rows, &[1.0; 4], &[true; 4], 0, &d).unwrap();
         assert_eq!(batch.prompt_groups, vec![0, 1, 0, 1]);
         // After dropping the first row, prompt `b` comes first.

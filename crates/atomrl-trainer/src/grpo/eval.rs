@@ -3,8 +3,9 @@
 use atomrl_core::Result;
 use atomrl_model::CausalLm;
 use atomrl_reward::{correctness_score, is_hard_format, Tags};
-use atomrl_sample::{generate_samples, ChatTokenizer, SamplingParams};
+use atomrl_sample::{ChatTokenizer, SamplingParams};
 
+use super::generation::{generate_rows, ToolUse};
 use super::prompt::PromptEncoder;
 use crate::data::Example;
 use crate::parallel::{run_shards, split_even};
@@ -27,9 +28,14 @@ pub struct EvalResult {
     pub samples: Vec<(String, String, f64)>,
     /// Teacher-forced completion loss (SFT only).
     pub loss: Option<f64>,
+    /// With tools: mean tool calls per completion.
+    pub tool_calls: Option<f64>,
+    /// With tools: the share of calls that failed.
+    pub tool_error_rate: Option<f64>,
 }
 
-/// Greedy-decodes every example of `examples` (up to `max_new_tokens`) and scores correctness.
+/// Greedy-decodes every example of `examples` (up to `max_new_tokens`, single-turn) and scores
+/// correctness.
 ///
 /// # Errors
 /// Generation or tokenizer failures.
@@ -40,12 +46,14 @@ pub fn evaluate(
     examples: &[Example],
     max_new_tokens: usize,
 ) -> Result<EvalResult> {
-    evaluate_sharded(model, tokenizer, encoder, examples, max_new_tokens, 1)
+    evaluate_sharded(model, tokenizer, encoder, examples, max_new_tokens, 1, None)
 }
 
 /// [`evaluate`] with the examples split into `workers` shards decoded at once (see
 /// [`crate::parallel`]). Decoding is greedy, so counts differ only where the different
-/// padding of the generation batches changes float rounding enough to flip an argmax.
+/// padding of the generation batches changes float rounding enough to flip an argmax. With
+/// `tools`, each completion may call them (see [`generate_rows`]) and its final model turn is
+/// what is scored.
 ///
 /// # Errors
 /// Generation or tokenizer failures.
@@ -56,6 +64,7 @@ pub fn evaluate_sharded(
     examples: &[Example],
     max_new_tokens: usize,
     workers: usize,
+    tools: Option<ToolUse<'_>>,
 ) -> Result<EvalResult> {
     let shards = split_even(examples.len(), workers);
     let parts = run_shards("evaluate", shards.len(), |s| {
@@ -65,6 +74,7 @@ pub fn evaluate_sharded(
             encoder,
             &examples[shards[s].clone()],
             max_new_tokens,
+            tools,
         )
     })?;
     let mut total = Tally::default();
@@ -72,6 +82,8 @@ pub fn evaluate_sharded(
         total.correct += p.correct;
         total.formatted += p.formatted;
         total.length += p.length;
+        total.calls += p.calls;
+        total.failed_calls += p.failed_calls;
         total.samples.extend(
             p.samples
                 .into_iter()
@@ -86,6 +98,8 @@ pub fn evaluate_sharded(
         count: examples.len(),
         samples: total.samples,
         loss: None,
+        tool_calls: tools.map(|_| total.calls / n),
+        tool_error_rate: tools.map(|_| total.failed_calls / total.calls.max(1.0)),
     })
 }
 
@@ -95,6 +109,8 @@ struct Tally {
     correct: f64,
     formatted: f64,
     length: f64,
+    calls: f64,
+    failed_calls: f64,
     samples: Vec<(String, String, f64)>,
 }
 
@@ -104,6 +120,7 @@ fn score_greedy(
     encoder: &PromptEncoder,
     examples: &[Example],
     max_new_tokens: usize,
+    tools: Option<ToolUse<'_>>,
 ) -> Result<Tally> {
     let view = model.detached();
     let params = SamplingParams {
@@ -120,19 +137,20 @@ fn score_greedy(
             .map(|e| encoder.encode(tokenizer, e))
             .collect::<Result<Vec<_>>>()?;
         let ids: Vec<Vec<u32>> = prompts.iter().map(|p| p.ids.clone()).collect();
-        let out = generate_samples(&view, &ids, &params, Some(tokenizer))?;
-        let texts = tokenizer.decode_completions(&out, &params.stop_strings)?;
-        for ((example, text), (prompt, len)) in chunk
-            .iter()
-            .zip(&texts)
-            .zip(prompts.iter().zip(&out.lengths))
-        {
+        let (rows, _) = generate_rows(&view, tokenizer, &ids, &params, tools)?;
+        for ((example, row), prompt) in chunk.iter().zip(&rows).zip(&prompts) {
+            let text = &row.answer;
             let score = correctness_score(text, &example.ground_truth, &Default::default()) as f64;
             t.correct += score;
             t.formatted += f64::from(u8::from(is_hard_format(text, &Tags::default())));
-            t.length += *len as f64;
+            t.length += row.completion_ids.len() as f64;
+            if let Some(traj) = &row.trajectory {
+                t.calls += traj.tool_calls.len() as f64;
+                t.failed_calls += traj.num_failed_calls() as f64;
+            }
             if t.samples.len() < 3 {
-                t.samples.push((prompt.text.clone(), text.clone(), score));
+                t.samples
+                    .push((prompt.text.clone(), row.text.clone(), score));
             }
         }
     }

@@ -3,6 +3,7 @@
 pub(crate) mod accumulate;
 mod batch;
 mod eval;
+mod generation;
 mod prompt;
 mod rollout;
 mod step;
@@ -12,6 +13,7 @@ mod update;
 pub use accumulate::{accumulate_and_step, zero_gradient_step, StepOutcome, StepSettings};
 pub use batch::TrainingBatch;
 pub use eval::{evaluate, evaluate_sharded, EvalResult};
+pub use generation::{generate_rows, GeneratedRow, ToolUse};
 pub use prompt::{EncodedPrompt, PromptEncoder};
 pub use rollout::{
     add_round, generate_group_rows, generate_group_rows_sharded, RolloutContext, RolloutRow,

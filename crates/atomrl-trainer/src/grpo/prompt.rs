@@ -14,6 +14,8 @@ pub struct PromptEncoder {
     pub system_prompt: Option<String>,
     /// Prompts longer than this keep their last `max_prompt_length` tokens.
     pub max_prompt_length: usize,
+    /// Schemas of the tools the model may call, for the chat template's `tools` (empty: none).
+    pub tool_schemas: Vec<serde_json::Value>,
 }
 
 /// One encoded prompt.
@@ -36,7 +38,7 @@ impl PromptEncoder {
         let text = if self.chat_template && tokenizer.has_chat_template() {
             let messages: Vec<ChatMessage> =
                 example.prompt.to_messages(self.system_prompt.as_deref());
-            tokenizer.apply_chat_template(&messages, true)?
+            tokenizer.apply_chat_template_with_tools(&messages, &self.tool_schemas, true)?
         } else {
             match &example.prompt {
                 Prompt::Text(t) => t.clone(),

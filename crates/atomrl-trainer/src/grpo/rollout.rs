@@ -4,10 +4,11 @@
 use atomrl_advantage::filter_groups;
 use atomrl_core::{CandleContext, Result};
 use atomrl_model::CausalLm;
-use atomrl_reward::{correctness_score, RewardContext, WeightedRewards};
-use atomrl_sample::{generate_samples, ChatTokenizer, FinishReason, SamplingParams};
+use atomrl_reward::{correctness_score, RewardContext, Trajectory, WeightedRewards};
+use atomrl_sample::{ChatTokenizer, FinishReason, SamplingParams};
 use candle_core::Tensor;
 
+use super::generation::{generate_rows, ToolUse};
 use super::prompt::EncodedPrompt;
 use crate::data::SplitMix64;
 use crate::parallel::{run_shards, split_even};
@@ -17,10 +18,17 @@ use crate::parallel::{run_shards, split_even};
 pub struct RolloutRow {
     /// Prompt token ids (unpadded).
     pub prompt_ids: Vec<u32>,
-    /// Completion token ids (unpadded; EOS included when generated).
+    /// Completion token ids (unpadded; EOS included when generated; with tools, the tool
+    /// turns too).
     pub completion_ids: Vec<u32>,
-    /// Decoded completion.
+    /// `true` on the completion tokens the model generated (false on tool turns).
+    pub model_token: Vec<bool>,
+    /// The decoded completion the rewards scored (with tools: the final model turn).
     pub completion: String,
+    /// With tools: the whole trajectory (text with tool turns, the calls and their results).
+    pub trajectory: Option<Trajectory>,
+    /// With tools: the model called again after the last allowed tool turn.
+    pub stopped_at_max_turns: bool,
     /// The prompt text.
     pub prompt: String,
     /// Why generation stopped.
@@ -64,6 +72,8 @@ pub struct RolloutContext<'a> {
     pub params: &'a SamplingParams,
     /// The reward functions.
     pub rewards: &'a WeightedRewards,
+    /// The tools of multi-turn rollouts (`None`: single-turn).
+    pub tools: Option<ToolUse<'a>>,
 }
 
 /// Generates `G` completions for each prompt, decodes and scores them; rows come back in
@@ -79,35 +89,45 @@ pub fn generate_group_rows(
     let func = "rollout";
     let g = ctx.params.num_generations;
     let ids: Vec<Vec<u32>> = prompts.iter().map(|p| p.ids.clone()).collect();
-    let out = generate_samples(ctx.model, &ids, ctx.params, Some(ctx.tokenizer))?;
-    let texts = ctx
-        .tokenizer
-        .decode_completions(&out, &ctx.params.stop_strings)?;
-    let completion_rows = out.completion_rows()?;
-    let n = texts.len();
+    let (generated, tokens) = generate_rows(ctx.model, ctx.tokenizer, &ids, ctx.params, ctx.tools)?;
+    let n = generated.len();
     let gt: Vec<String> = (0..n).map(|r| ground_truth[r / g].clone()).collect();
     let prompt_texts: Vec<String> = (0..n).map(|r| prompts[r / g].text.clone()).collect();
-    let reward_ctx = RewardContext::new()
+    let answers: Vec<String> = generated.iter().map(|r| r.answer.clone()).collect();
+    let mut reward_ctx = RewardContext::new()
         .with_ground_truth(gt.clone())
         .with_prompts(prompt_texts.clone())
-        .with_completion_lengths(out.lengths.clone())
+        .with_completion_lengths(generated.iter().map(|r| r.completion_ids.len()).collect())
         .with_max_completion_length(ctx.params.max_new_tokens);
-    let scored = ctx.rewards.score(&texts, &reward_ctx)?;
+    if ctx.tools.is_some() {
+        reward_ctx = reward_ctx.with_trajectories(
+            generated
+                .iter()
+                .map(|r| r.trajectory.clone().unwrap_or_default())
+                .collect(),
+        );
+    }
+    let scored = ctx.rewards.score(&answers, &reward_ctx)?;
     let total: Vec<f32> = scored.total.to_vec1().ctx(func)?;
     let per_fn: Vec<Vec<f32>> = scored.per_fn.to_vec2().ctx(func)?;
-    let rows = (0..n)
-        .map(|r| RolloutRow {
+    let rows = generated
+        .into_iter()
+        .enumerate()
+        .map(|(r, row)| RolloutRow {
             prompt_ids: ids[r / g].clone(),
-            completion_ids: completion_rows[r].clone(),
-            completion: texts[r].clone(),
+            correct: correctness_score(&row.answer, &gt[r], &Default::default()) as f64,
+            completion_ids: row.completion_ids,
+            model_token: row.model_token,
+            completion: row.answer,
+            trajectory: row.trajectory,
+            stopped_at_max_turns: row.stopped_at_max_turns,
             prompt: prompt_texts[r].clone(),
-            finish_reason: out.finish_reasons[r],
+            finish_reason: row.finish_reason,
             reward: total[r] as f64,
             rewards_per_fn: per_fn[r].iter().map(|&x| x as f64).collect(),
-            correct: correctness_score(&texts[r], &gt[r], &Default::default()) as f64,
         })
         .collect();
-    Ok((rows, out.num_generated_tokens))
+    Ok((rows, tokens))
 }
 
 /// [`generate_group_rows`] with the prompts split into `workers` shards generated at once

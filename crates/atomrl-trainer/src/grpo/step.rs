@@ -67,7 +67,10 @@ impl RecipeStep for GrpoStep {
             .rows
             .iter()
             .take(2)
-            .map(|r| (r.prompt.clone(), r.completion.clone(), r.reward))
+            .map(|r| {
+                let text = r.trajectory.as_ref().map_or(&r.completion, |t| &t.text);
+                (r.prompt.clone(), text.clone(), r.reward)
+            })
             .collect();
         Ok(row)
     }
@@ -126,6 +129,7 @@ impl GrpoStep {
                 tokenizer: &t.tokenizer,
                 params: &round_params,
                 rewards: &self.rewards,
+                tools: t.tool_use(),
             };
             let (rows, tokens) = generate_group_rows_sharded(&ctx, &prompts, &truth, a.workers)?;
             rollouts.generated_tokens += tokens;
@@ -164,10 +168,16 @@ impl GrpoStep {
             .iter()
             .map(|r| !(a.mask_truncated_completions && r.finish_reason == FinishReason::Length))
             .collect();
-        let seqs: Vec<(&[u32], &[u32])> = rollouts
+        let seqs: Vec<(&[u32], &[u32], &[bool])> = rollouts
             .rows
             .iter()
-            .map(|r| (r.prompt_ids.as_slice(), r.completion_ids.as_slice()))
+            .map(|r| {
+                (
+                    r.prompt_ids.as_slice(),
+                    r.completion_ids.as_slice(),
+                    r.model_token.as_slice(),
+                )
+            })
             .collect();
         let batch = TrainingBatch::build(
             &seqs,
@@ -229,7 +239,41 @@ impl GrpoStep {
         );
         row.push(keys::DROPPED_GROUPS, r.dropped_groups as f64);
         row.push(keys::GENERATION_ROUNDS, r.rounds as f64);
+        record_tool_use(row, r);
     }
+}
+
+/// Tool metrics of a run with tools (rows with a trajectory): calls per completion, the share
+/// of failed calls, of completions stopped at the turn limit, and of completions that used a
+/// tool.
+fn record_tool_use(row: &mut MetricRow, r: &Rollouts) {
+    let trajectories: Vec<_> = r
+        .rows
+        .iter()
+        .filter_map(|x| x.trajectory.as_ref())
+        .collect();
+    if trajectories.is_empty() {
+        return;
+    }
+    let n = trajectories.len() as f64;
+    let calls: usize = trajectories.iter().map(|t| t.tool_calls.len()).sum();
+    let failed: usize = trajectories.iter().map(|t| t.num_failed_calls()).sum();
+    let used = trajectories
+        .iter()
+        .filter(|t| !t.tool_calls.is_empty())
+        .count();
+    let at_limit = r.rows.iter().filter(|x| x.stopped_at_max_turns).count();
+    row.push(keys::TOOLS_CALLS_PER_COMPLETION, calls as f64 / n);
+    row.push(
+        keys::TOOLS_ERROR_RATE,
+        if calls == 0 {
+            0.0
+        } else {
+            failed as f64 / calls as f64
+        },
+    );
+    row.push(keys::TOOLS_MAX_TURNS_FRAC, at_limit as f64 / n);
+    row.push(keys::TOOLS_USE_FRAC, used as f64 / n);
 }
 
 /// The update's metrics (NaN when no update ran), the learning rate and the skip flag.

@@ -10,6 +10,7 @@ use atomrl_sample::ChatTokenizer;
 use candle_core::Var;
 
 use super::eval::{evaluate_sharded, EvalResult};
+use super::generation::ToolUse;
 use super::prompt::PromptEncoder;
 use super::step::GrpoStep;
 use crate::checkpoint::{latest_checkpoint, load_trainer_state, save_checkpoint, TrainerState};
@@ -19,6 +20,7 @@ use crate::logging::{keys, MetricRow, MetricsLogger};
 use crate::optim::{warmup_steps, AdamW, AdamWConfig, RunSchedule};
 use crate::recipe::{RecipeStep, Stepping};
 use crate::sft::SftStep;
+use atomrl_tools::ToolSet;
 
 /// What a finished run reports.
 #[derive(Debug, Clone)]
@@ -54,6 +56,8 @@ pub struct Trainer {
     pub(crate) train_set: Vec<Example>,
     pub(crate) eval_set: Vec<Example>,
     pub(crate) encoder: PromptEncoder,
+    /// The tools of multi-turn rollouts and evaluation (empty: single-turn).
+    pub(crate) tools: ToolSet,
     pub(crate) params: Vec<(String, Var)>,
     pub(crate) optimizer: AdamW,
     /// Steps at which the loss is replaced by NaN (tests of the guard).
@@ -132,10 +136,12 @@ impl Trainer {
             },
         )?;
         let recipe = recipe_step(&args, &model, rewards)?;
+        let tools = crate::config::build_tools(&args)?;
         let encoder = PromptEncoder {
             chat_template: args.chat_template,
             system_prompt: args.system_prompt.clone(),
             max_prompt_length: args.max_prompt_length,
+            tool_schemas: tools.schemas(),
         };
         Ok(Self {
             args,
@@ -145,6 +151,7 @@ impl Trainer {
             train_set,
             eval_set,
             encoder,
+            tools,
             params,
             optimizer,
             #[cfg(feature = "test-hooks")]
@@ -369,6 +376,47 @@ impl Trainer {
         out
     }
 
+    /// Replaces the run's tools (those `args.tools` named) with `tools`, e.g. a
+    /// [`ToolSet`] with tools of your own: rollouts and evaluation let the model call them,
+    /// and their schemas go to the chat template.
+    ///
+    /// ```
+    /// use atomrl_tools::{Calculator, ToolSet};
+    /// use atomrl_trainer::config::{GRPOArgs, Recipe};
+    /// use atomrl_trainer::data::Example;
+    /// use atomrl_trainer::Trainer;
+    /// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+    /// let model = atomrl_model::CausalLm::from_hf_dir(dir, candle_core::DType::F32, &candle_core::Device::Cpu)?;
+    /// let tok = atomrl_sample::ChatTokenizer::from_hf_dir(dir)?;
+    /// let mut args = GRPOArgs::preset(Recipe::Grpo);
+    /// args.max_tool_turns = 2;
+    /// let train = vec![Example::new("What is 3+4?".to_string(), "7")];
+    /// let trainer = Trainer::with_data(args, model, tok, atomrl_reward::WeightedRewards::new(), train, vec![])?
+    ///     .with_tools(ToolSet::new().with(Calculator));
+    /// assert_eq!(trainer.tools().names(), ["calculator"]);
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn with_tools(mut self, tools: ToolSet) -> Self {
+        self.encoder.tool_schemas = tools.schemas();
+        self.tools = tools;
+        self
+    }
+
+    /// The tools the model may call (empty for single-turn runs).
+    ///
+    /// See [`Trainer::with_tools`] for an example.
+    pub fn tools(&self) -> &ToolSet {
+        &self.tools
+    }
+
+    /// The run's tools with their turn limit (`None` without tools).
+    pub(crate) fn tool_use(&self) -> Option<ToolUse<'_>> {
+        (!self.tools.is_empty()).then_some(ToolUse {
+            tools: &self.tools,
+            max_tool_turns: self.args.max_tool_turns,
+        })
+    }
+
     /// Greedy held-out accuracy of the current policy.
     ///
     /// # Errors
@@ -381,6 +429,7 @@ impl Trainer {
             &self.eval_set,
             self.args.max_completion_length,
             self.args.workers,
+            self.tool_use(),
         )?;
         r.loss = self.recipe.eval_loss(self)?;
         Ok(r)
@@ -468,5 +517,11 @@ fn push_eval(row: &mut MetricRow, r: &EvalResult) {
     row.push(keys::EVAL_COMPLETION_LENGTH, r.mean_length);
     if let Some(loss) = r.loss {
         row.push(keys::EVAL_LOSS, loss);
+    }
+    if let Some(calls) = r.tool_calls {
+        row.push(keys::EVAL_TOOLS_CALLS_PER_COMPLETION, calls);
+    }
+    if let Some(rate) = r.tool_error_rate {
+        row.push(keys::EVAL_TOOLS_ERROR_RATE, rate);
     }
 }

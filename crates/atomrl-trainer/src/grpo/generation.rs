@@ -1,0 +1,134 @@
+//! One generation call, single-turn or with tools, decoded into what rewards, metrics and the
+//! update read: the one path of the rollouts, the evaluation and `atomrl-infer`.
+
+use atomrl_core::Result;
+use atomrl_model::CausalLm;
+use atomrl_reward::{ToolCallRecord, Trajectory};
+use atomrl_sample::{
+    generate_samples, generate_with_tools, ChatTokenizer, FinishReason, SamplingParams,
+    ToolTrajectory,
+};
+use atomrl_tools::ToolSet;
+
+/// The tools of a generation call and their turn limit.
+#[derive(Clone, Copy)]
+pub struct ToolUse<'a> {
+    /// The tools the model may call.
+    pub tools: &'a ToolSet,
+    /// Tool turns per completion at most.
+    pub max_tool_turns: usize,
+}
+
+/// One decoded completion.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GeneratedRow {
+    /// Every token after the prompt (tool turns included).
+    pub completion_ids: Vec<u32>,
+    /// `true` on the tokens the model generated (the loss mask), one per token.
+    pub model_token: Vec<bool>,
+    /// The final model turn, decoded: what the rewards score (the whole completion without
+    /// tools).
+    pub answer: String,
+    /// The whole completion, decoded (with the tool turns), for logs and samples.
+    pub text: String,
+    /// Why generation stopped.
+    pub finish_reason: FinishReason,
+    /// With tools: the trajectory the rewards see in their context.
+    pub trajectory: Option<Trajectory>,
+    /// With tools: the model called a tool once more after the last allowed tool turn.
+    pub stopped_at_max_turns: bool,
+}
+
+/// The rows of one call (`B·G`, prompt-major) and the tokens the model generated.
+///
+/// # Errors
+/// Generation, template or tokenizer failures.
+pub fn generate_rows(
+    model: &CausalLm,
+    tokenizer: &ChatTokenizer,
+    prompts: &[Vec<u32>],
+    params: &SamplingParams,
+    tools: Option<ToolUse<'_>>,
+) -> Result<(Vec<GeneratedRow>, usize)> {
+    match tools.filter(|t| !t.tools.is_empty()) {
+        None => single_turn(model, tokenizer, prompts, params),
+        Some(t) => {
+            let out =
+                generate_with_tools(model, tokenizer, prompts, params, t.tools, t.max_tool_turns)?;
+            let rows = out
+                .trajectories
+                .iter()
+                .map(|traj| decode_trajectory(tokenizer, traj, &params.stop_strings))
+                .collect::<Result<Vec<_>>>()?;
+            Ok((rows, out.num_generated_tokens))
+        }
+    }
+}
+
+fn single_turn(
+    model: &CausalLm,
+    tokenizer: &ChatTokenizer,
+    prompts: &[Vec<u32>],
+    params: &SamplingParams,
+) -> Result<(Vec<GeneratedRow>, usize)> {
+    let out = generate_samples(model, prompts, params, Some(tokenizer))?;
+    let texts = tokenizer.decode_completions(&out, &params.stop_strings)?;
+    let rows = out
+        .completion_rows()?
+        .into_iter()
+        .zip(texts)
+        .zip(&out.finish_reasons)
+        .map(|((ids, text), &finish_reason)| GeneratedRow {
+            model_token: vec![true; ids.len()],
+            completion_ids: ids,
+            answer: text.clone(),
+            text,
+            finish_reason,
+            trajectory: None,
+            stopped_at_max_turns: false,
+        })
+        .collect();
+    Ok((rows, out.num_generated_tokens))
+}
+
+fn decode_trajectory(
+    tokenizer: &ChatTokenizer,
+    traj: &ToolTrajectory,
+    stop_strings: &[String],
+) -> Result<GeneratedRow> {
+    let text = tokenizer.decode(&traj.completion_ids, true)?;
+    let mut answer = tokenizer.decode(traj.final_turn(), true)?;
+    if traj.finish_reason == FinishReason::Stop {
+        if let Some(cut) = stop_strings
+            .iter()
+            .filter_map(|s| answer.find(s.as_str()))
+            .min()
+        {
+            answer.truncate(cut);
+        }
+    }
+    let tool_calls = traj
+        .calls
+        .iter()
+        .map(|c| {
+            ToolCallRecord::new(
+                c.name.as_deref(),
+                c.raw.clone(),
+                c.output.clone(),
+                c.is_error(),
+            )
+        })
+        .collect();
+    Ok(GeneratedRow {
+        completion_ids: traj.completion_ids.clone(),
+        model_token: traj.model_token.clone(),
+        answer,
+        trajectory: Some(Trajectory {
+            text: text.clone(),
+            tool_calls,
+        }),
+        text,
+        finish_reason: traj.finish_reason,
+        stopped_at_max_turns: traj.stopped_at_max_turns,
+    })
+}

@@ -1,0 +1,222 @@
+//! GRPO with tools: a model learns to call a calculator.
+//!
+//! With no arguments it trains the small tool-calling model shipped in
+//! `examples/grpo_tools/model/` on synthetic word problems, offline, on two CPU cores. Each
+//! rollout may pause at a `<tool_call>`, run the exact `calculator`, append its
+//! `<tool_response>` through the chat template and go on; the tool turns are context, not
+//! loss. It shows held-out greedy accuracy (with the calculator) and tool use before and
+//! after. With `--model` / `--dataset` / `--device` it runs the same loop on a real model
+//! (e.g. Qwen2.5-0.5B-Instruct, whose chat template renders the tools; see docs/recipes.md).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Result;
+use atomrl_trainer::config::{load_args, Recipe};
+use atomrl_trainer::run::{print_summary, run_recipe};
+use atomrl_trainer::TrainSummary;
+use clap::Parser;
+
+/// The folder of the embedded tool model (built by `cargo xtask tiny-model-tools`).
+const EMBEDDED_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/grpo_tools/model");
+
+/// The system prompt of the real recipe: when to call the tool and the answer format.
+const TOOLS_PROMPT: &str = "Solve the problem. Use the calculator tool for arithmetic. \
+Then write your reasoning inside <think>\n...\n</think> and the final number only inside \
+<answer>\n...\n</answer>.";
+
+/// Train a model to solve word problems with a calculator tool (GRPO, multi-turn rollouts).
+///
+/// Without arguments: the embedded ~1M-parameter tool model on synthetic problems, offline.
+#[derive(Parser)]
+#[command(
+    name = "grpo_tools",
+    after_help = "Examples:\n  cargo run --release --example grpo_tools\n  cargo run --release --features cuda --example grpo_tools -- --model Qwen/Qwen2.5-0.5B-Instruct --dataset openai/gsm8k --device cuda"
+)]
+struct Cli {
+    /// Model: a local Hugging Face folder or a hub id (default: the embedded tool model).
+    #[arg(long)]
+    model: Option<String>,
+    /// Training data: a JSONL/parquet file, a hub dataset id (`openai/gsm8k`) or `synthetic`.
+    #[arg(long)]
+    dataset: Option<String>,
+    /// `cpu`, `cuda` or `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Where checkpoints, metrics, TensorBoard events and charts go.
+    #[arg(long, default_value = "runs/grpo_tools")]
+    output_dir: PathBuf,
+    /// Optimizer steps (default: the embedded run's, ended early by its time budget).
+    #[arg(long)]
+    max_steps: Option<usize>,
+    /// Stop training after this many seconds (0 = no limit).
+    #[arg(long)]
+    time_budget_s: Option<f64>,
+    /// A TOML file of further options (any key of atomrl-train's configuration).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Override one option: `--set max_tool_turns=3`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Continue from the latest checkpoint in the output folder.
+    #[arg(long)]
+    resume: bool,
+}
+
+fn main() -> ExitCode {
+    atomrl_trainer::runtime::tune_allocator();
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn quoted(key: &str, value: &str) -> String {
+    format!("{key}={value:?}")
+}
+
+/// Settings of the embedded run: 8 prompts x 8 completions per step, at most 96 tokens per
+/// completion (a call, its response and the answer take ~55), at most 2 tool turns, lr 2e-4
+/// decaying linearly to 0 over 600 steps, a 360 s training budget the decay follows. Measured
+/// on a 2-core machine: held-out greedy accuracy with the calculator 11.2% -> 68.6% (+57.4
+/// points), calls per completion 0.00 -> 1.00, in 600 steps and 5 min 38 s (docs/recipes.md,
+/// "The embedded tool run").
+fn embedded_defaults() -> Vec<String> {
+    [
+        "eval_size=500",
+        "batch_size=8",
+        "num_generations=8",
+        "max_completion_length=96",
+        "max_prompt_length=128",
+        "temperature=1.0",
+        "lr=2e-4",
+        "lr_scheduler=\"linear\"",
+        "beta=0.0",
+        "max_grad_norm=1.0",
+        "advantage_mode=\"grpo\"",
+        "loss_agg=\"token_mean\"",
+        "max_steps=600",
+        "time_budget_s=360",
+        "lr_schedule_on_budget=true",
+        "eval_steps=0",
+        "save_steps=50",
+        "logging_steps=10",
+        "tools=[\"calculator\"]",
+        "max_tool_turns=2",
+        "rewards=[{name=\"correctness\", weight=1.0}, {name=\"hard_format\", weight=0.1}]",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// Settings of the real recipe (a 0.5B-7B instruct model whose template renders tools).
+fn real_defaults() -> Vec<String> {
+    [
+        "eval_size=1319",
+        "batch_size=16",
+        "num_generations=8",
+        "max_completion_length=768",
+        "max_prompt_length=512",
+        "temperature=1.0",
+        "lr=1e-6",
+        "beta=0.0",
+        "max_grad_norm=1.0",
+        "max_steps=500",
+        "save_steps=50",
+        "eval_steps=50",
+        "logging_steps=10",
+        "lr_scheduler=\"cosine\"",
+        "warmup_ratio=0.03",
+        "tools=[\"calculator\"]",
+        "max_tool_turns=4",
+        "rewards=[{name=\"correctness\", weight=1.0}, {name=\"hard_format\", weight=0.1}]",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let embedded = cli.model.is_none();
+    let model = cli
+        .model
+        .clone()
+        .unwrap_or_else(|| EMBEDDED_MODEL.to_string());
+    if embedded
+        && !Path::new(EMBEDDED_MODEL)
+            .join("model.safetensors")
+            .is_file()
+    {
+        anyhow::bail!(
+            "the embedded tool model is missing from {EMBEDDED_MODEL}; build it with `cargo xtask tiny-model-tools`"
+        );
+    }
+    let dataset = cli.dataset.clone().unwrap_or_else(|| {
+        if embedded {
+            "synthetic".into()
+        } else {
+            "openai/gsm8k".into()
+        }
+    });
+    let mut overrides = if embedded {
+        embedded_defaults()
+    } else {
+        real_defaults()
+    };
+    if !cli.device.starts_with("cpu") {
+        overrides.push("workers=1".into());
+    }
+    overrides.push(quoted("model", &model));
+    overrides.push(quoted("dataset", &dataset));
+    overrides.push(quoted("eval_dataset", &dataset));
+    overrides.push(quoted("device", &cli.device));
+    overrides.push(quoted("output_dir", &cli.output_dir.display().to_string()));
+    if !embedded {
+        overrides.push(quoted("system_prompt", TOOLS_PROMPT));
+    }
+    if let Some(n) = cli.max_steps {
+        overrides.push(format!("max_steps={n}"));
+        if cli.time_budget_s.is_none() {
+            overrides.push("time_budget_s=0".into());
+        }
+    }
+    if let Some(t) = cli.time_budget_s {
+        overrides.push(format!("time_budget_s={t}"));
+    }
+    if cli.resume {
+        overrides.push("resume=\"auto\"".into());
+    }
+    overrides.extend(cli.set);
+    let args = load_args(cli.config.as_deref(), Some(Recipe::Grpo), &overrides)?;
+    println!(
+        "AtomRL GRPO with tools {:?} (at most {} tool turns) on {} ({}), data {}, {} prompts x {} completions per step, up to {} tokens per completion",
+        args.tools,
+        args.max_tool_turns,
+        if embedded { "the embedded tool model" } else { &args.model },
+        args.device,
+        args.dataset,
+        args.batch_size,
+        args.num_generations,
+        args.max_completion_length,
+    );
+    let summary = run_recipe(args)?;
+    print_summary(&summary);
+    print_tool_use(&summary);
+    Ok(())
+}
+
+/// Held-out tool use before and after training.
+fn print_tool_use(summary: &TrainSummary) {
+    let line = |r: &atomrl_trainer::grpo::EvalResult| {
+        format!(
+            "{:.2} calls per completion, {:.1}% of calls failed",
+            r.tool_calls.unwrap_or(0.0),
+            100.0 * r.tool_error_rate.unwrap_or(0.0)
+        )
+    };
+    if let (Some(b), Some(a)) = (&summary.eval_before, &summary.eval_after) {
+        println!("held-out tool use: {} -> {}", line(b), line(a));
+    }
+}
