@@ -1,3 +1,100 @@
-//! AtomRL's examples live beside this file (`grpo_gsm8k/`); run them with
-//! `cargo run --release --example NAME`. This library is empty: it only gives the examples a
-//! package.
+//! What AtomRL's examples share (they live beside this file: `grpo_gsm8k/`, `grpo_tools/`; run
+//! them with `cargo run --release --example NAME`): the run options every example takes and
+//! the process wrapper.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// The options of a run that every example takes besides its own: device, length, extra
+/// configuration, resuming.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunOptions {
+    /// `cpu`, `cuda` or `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Optimizer steps (default: the example's, ended early by its time budget on a slower
+    /// machine; the recipe's for a real model).
+    #[arg(long)]
+    pub max_steps: Option<usize>,
+    /// Stop training after this many seconds (0 = no limit).
+    #[arg(long)]
+    pub time_budget_s: Option<f64>,
+    /// A TOML file of further options (any key of atomrl-train's configuration).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Override one option: `--set lr=2e-4 --set num_generations=16`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Continue from the latest checkpoint in the output folder.
+    #[arg(long)]
+    pub resume: bool,
+}
+
+impl RunOptions {
+    /// The `key=value` overrides these options make, to put after an example's own defaults:
+    /// the device (one data-parallel worker off the CPU), the output folder, the steps (an
+    /// explicit `--max-steps` lifts the time budget unless one is given too), resuming, and
+    /// last every `--set`, so that the user's word wins.
+    ///
+    /// ```
+    /// use atomrl_examples::RunOptions;
+    /// use clap::Parser;
+    /// #[derive(Parser)]
+    /// struct Cli {
+    ///     #[command(flatten)]
+    ///     run: RunOptions,
+    /// }
+    /// let cli = Cli::parse_from(["x", "--max-steps", "5", "--set", "lr=1e-4"]);
+    /// let o = cli.run.overrides("runs/x".as_ref());
+    /// assert_eq!(o, ["device=\"cpu\"", "output_dir=\"runs/x\"", "max_steps=5", "time_budget_s=0", "lr=1e-4"]);
+    /// ```
+    pub fn overrides(&self, output_dir: &Path) -> Vec<String> {
+        let mut o = Vec::new();
+        if !self.device.starts_with("cpu") {
+            // Data-parallel workers are a CPU feature (the default plan uses one per core).
+            o.push("workers=1".into());
+        }
+        o.push(quoted("device", &self.device));
+        o.push(quoted("output_dir", &output_dir.display().to_string()));
+        if let Some(n) = self.max_steps {
+            o.push(format!("max_steps={n}"));
+            if self.time_budget_s.is_none() {
+                o.push("time_budget_s=0".into());
+            }
+        }
+        if let Some(t) = self.time_budget_s {
+            o.push(format!("time_budget_s={t}"));
+        }
+        if self.resume {
+            o.push("resume=\"auto\"".into());
+        }
+        o.extend(self.set.iter().cloned());
+        o
+    }
+}
+
+/// `key="value"`, a TOML string override.
+///
+/// ```
+/// assert_eq!(atomrl_examples::quoted("model", "a/b"), "model=\"a/b\"");
+/// ```
+pub fn quoted(key: &str, value: &str) -> String {
+    format!("{key}={value:?}")
+}
+
+/// Runs an example's `run` the way every AtomRL binary does: the allocator tuned first, and an
+/// error printed as one `error:` line with exit status 2.
+///
+/// ```
+/// assert_eq!(atomrl_examples::main_with(|| Ok(())), std::process::ExitCode::SUCCESS);
+/// ```
+pub fn main_with(run: impl FnOnce() -> anyhow::Result<()>) -> ExitCode {
+    atomrl_trainer::runtime::tune_allocator();
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Result;
+use atomrl_examples::{main_with, quoted, RunOptions};
 use atomrl_trainer::config::{load_args, Recipe};
 use atomrl_trainer::run::{print_summary, run_recipe};
 use clap::{Parser, ValueEnum};
@@ -49,43 +50,15 @@ struct Cli {
     /// GRPO or DAPO (clip-higher, token-level loss, dynamic sampling, overlong shaping).
     #[arg(long, value_enum, default_value = "grpo")]
     recipe: RecipeArg,
-    /// `cpu`, `cuda` or `cuda:N`.
-    #[arg(long, default_value = "cpu")]
-    device: String,
     /// Where checkpoints, metrics, TensorBoard events and charts go.
     #[arg(long, default_value = "runs/grpo_gsm8k")]
     output_dir: PathBuf,
-    /// Optimizer steps (default: 1600 for the embedded run, 640 with `--recipe dapo`, either
-    /// ended early by its 280 s time budget on a slower machine; the recipe's for a real model).
-    #[arg(long)]
-    max_steps: Option<usize>,
-    /// Stop training after this many seconds (0 = no limit).
-    #[arg(long)]
-    time_budget_s: Option<f64>,
-    /// A TOML file of further options (any key of atomrl-train's configuration).
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// Override one option: `--set lr=2e-4 --set num_generations=16`.
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    set: Vec<String>,
-    /// Continue from the latest checkpoint in the output folder.
-    #[arg(long)]
-    resume: bool,
+    #[command(flatten)]
+    run: RunOptions,
 }
 
 fn main() -> ExitCode {
-    atomrl_trainer::runtime::tune_allocator();
-    match run(Cli::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-fn quoted(key: &str, value: &str) -> String {
-    format!("{key}={value:?}")
+    main_with(|| run(Cli::parse()))
 }
 
 /// Settings of the embedded run: 8 prompts x 8 completions per step on one data-parallel
@@ -188,33 +161,15 @@ fn run(cli: Cli) -> Result<()> {
     } else {
         real_defaults()
     };
-    if !cli.device.starts_with("cpu") {
-        // Data-parallel workers are a CPU feature (the default plan uses one per core).
-        overrides.push("workers=1".into());
-    }
     overrides.push(quoted("model", &model));
     overrides.push(quoted("dataset", &dataset));
     let eval = cli.eval_dataset.clone().unwrap_or_else(|| dataset.clone());
     overrides.push(quoted("eval_dataset", &eval));
-    overrides.push(quoted("device", &cli.device));
-    overrides.push(quoted("output_dir", &cli.output_dir.display().to_string()));
     if !embedded {
         overrides.push(quoted("system_prompt", FORMAT_PROMPT));
     }
-    if let Some(n) = cli.max_steps {
-        overrides.push(format!("max_steps={n}"));
-        if cli.time_budget_s.is_none() {
-            overrides.push("time_budget_s=0".into());
-        }
-    }
-    if let Some(t) = cli.time_budget_s {
-        overrides.push(format!("time_budget_s={t}"));
-    }
-    if cli.resume {
-        overrides.push("resume=\"auto\"".into());
-    }
-    overrides.extend(cli.set);
-    let args = load_args(cli.config.as_deref(), Some(recipe), &overrides)?;
+    overrides.extend(cli.run.overrides(&cli.output_dir));
+    let args = load_args(cli.run.config.as_deref(), Some(recipe), &overrides)?;
     println!(
         "AtomRL {} on {} ({}), data {}, {} prompts x {} completions per step, up to {} new tokens, lr {}",
         format!("{recipe:?}").to_uppercase(),

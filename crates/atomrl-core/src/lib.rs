@@ -11,6 +11,8 @@
 //!   `f16`), how every command names where and in what precision it computes.
 //! - [`ChatMessage`] (one message of a conversation) and [`hub_cache_dir`] (the Hugging Face
 //!   hub cache folder), shared by data and model loading.
+//! - [`Trajectory`] and [`ToolCallRecord`]: what a multi-turn tool rollout did, passed from
+//!   the sampler to the reward functions.
 //!
 //! Conventions used by every AtomRL crate: tensors are batch-first; `N` is the number of
 //! completions (prompts × group size `G`), `T` the completion length, `V` the vocabulary; masks
@@ -27,6 +29,7 @@ pub mod hub;
 pub mod registry;
 pub mod shape;
 pub mod stage;
+pub mod trajectory;
 pub mod value;
 
 pub use chat::ChatMessage;
@@ -35,4 +38,5 @@ pub use error::{CandleContext, Error, Result};
 pub use hub::hub_cache_dir;
 pub use registry::{check_example, ArgKind, ArgSpec, AtomicFn, FnSpec, OutputSpec};
 pub use stage::RewardBatch;
+pub use trajectory::{ToolCallRecord, Trajectory};
 pub use value::{Inputs, OutputValue, Outputs};

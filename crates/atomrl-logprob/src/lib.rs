@@ -11,6 +11,10 @@
 //!
 //! Both are differentiable, so the policy loss's gradient reaches the model.
 //!
+//! - [`TrainingBatch`]: the padded `[R, P + T]` inputs of an update built from token rows, with
+//!   a per-token loss mask (tool turns of multi-turn rollouts are attended to but not in the
+//!   loss), micro-batch slicing and the grouping for [`get_shared_prompt_log_probs`].
+//!
 //! ```
 //! use atomrl_logprob::selective_log_softmax;
 //! use candle_core::{Device, Tensor};
@@ -30,6 +34,7 @@ mod fused;
 mod registry;
 mod selective;
 mod shared_prompt;
+mod training_batch;
 
 pub use action::{get_action_log_probs, get_action_log_probs_chunked, FUSED_HEAD_MIN_VOCAB};
 pub use atomrl_core::{Error, Result};
@@ -38,3 +43,4 @@ pub use selective::{
     selective_log_softmax, selective_log_softmax_chunked, TokenLogProbs, DEFAULT_CHUNK_ELEMENTS,
 };
 pub use shared_prompt::{get_shared_prompt_log_probs, SharedPromptBatch};
+pub use training_batch::TrainingBatch;

@@ -61,9 +61,10 @@ mod registry;
 mod reward_fn;
 mod steps;
 mod tags;
-mod trajectory;
 
 pub use atomrl_core::{Error, Result, RewardBatch};
+/// The multi-turn trajectory types of [`RewardContext::trajectories`] (defined in `atomrl-core`).
+pub use atomrl_core::{ToolCallRecord, Trajectory};
 pub use builtin::{
     reward_fn_by_name, Correctness, Digit, HardFormat, Mark, OverlongPenalty, SoftFormat, Steps,
     REWARD_NAMES,
@@ -87,4 +88,3 @@ pub use registry::functions;
 pub use reward_fn::{FnReward, RewardContext, RewardFn};
 pub use steps::{parse_steps, step_reward, step_score, Step};
 pub use tags::Tags;
-pub use trajectory::{ToolCallRecord, Trajectory};

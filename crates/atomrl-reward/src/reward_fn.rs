@@ -4,7 +4,7 @@ use atomrl_core::{Error, Result};
 use candle_core::Tensor;
 
 use crate::batch::{check_len, rewards_tensor};
-use crate::trajectory::Trajectory;
+use atomrl_core::Trajectory;
 
 /// Per-completion context a reward can use besides the completion text. Every field is
 /// optional; a reward that needs one asks for it with `require_*`, which names the reward in its

@@ -10,7 +10,12 @@
 //!   sets), [`sample_from_processed`], [`sample_tokens`], with per-row generators [`RowRng`].
 //! - [`BatchDecoder`]: the incremental decoder itself ([`CacheMode::KvCache`] or the
 //!   no-cache [`CacheMode::Recompute`] baseline).
-//! - [`ChatTokenizer`]: `tokenizer.json` plus the model's own chat template (minijinja).
+//! - [`generate_with_tools`]: multi-turn rollouts that pause at `<tool_call>`s, run the
+//!   tools of an `atomrl_tools::ToolSet` and append their responses through the chat template,
+//!   returned as a [`ToolRolloutBatch`] whose tool tokens are context, outside the loss mask.
+//! - [`ChatTokenizer`]: `tokenizer.json` plus the model's own chat template (minijinja), with
+//!   `tools` ([`ChatTokenizer::apply_chat_template_with_tools`],
+//!   [`ChatTokenizer::tool_turn_text`]).
 //!
 //! ```
 //! use atomrl_model::CausalLm;
@@ -41,6 +46,7 @@
 #![deny(missing_docs)]
 
 mod chat;
+mod decoded;
 mod decoder;
 mod device_pick;
 mod generate;
@@ -53,6 +59,7 @@ mod trajectory;
 
 pub use atomrl_core::{Error, Result};
 pub use chat::{ChatMessage, ChatTokenizer};
+pub use decoded::{generate_rows, GeneratedRow, ToolUse};
 pub use decoder::{BatchDecoder, CacheMode};
 pub use generate::{generate_samples, generate_samples_with};
 pub use params::SamplingParams;

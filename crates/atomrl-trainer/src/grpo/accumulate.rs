@@ -7,9 +7,9 @@ use atomrl_core::{CandleContext, Result};
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 
-use super::batch::TrainingBatch;
 use crate::optim::{AdamW, Gradients};
 use crate::parallel::{run_shards, split_even};
+use atomrl_logprob::TrainingBatch;
 
 /// How an update went.
 #[derive(Debug, Clone, Default)]

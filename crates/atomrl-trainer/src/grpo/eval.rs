@@ -3,9 +3,8 @@
 use atomrl_core::Result;
 use atomrl_model::CausalLm;
 use atomrl_reward::{correctness_score, is_hard_format, Tags};
-use atomrl_sample::{ChatTokenizer, SamplingParams};
+use atomrl_sample::{generate_rows, ChatTokenizer, SamplingParams, ToolUse};
 
-use super::generation::{generate_rows, ToolUse};
 use super::prompt::PromptEncoder;
 use crate::data::Example;
 use crate::parallel::{run_shards, split_even};

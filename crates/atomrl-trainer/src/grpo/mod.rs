@@ -1,9 +1,7 @@
 //! The GRPO and DAPO recipes: rollouts, rewards, advantages, the clipped policy update.
 
 pub(crate) mod accumulate;
-mod batch;
 mod eval;
-mod generation;
 mod prompt;
 mod rollout;
 mod step;
@@ -11,9 +9,12 @@ mod trainer;
 mod update;
 
 pub use accumulate::{accumulate_and_step, zero_gradient_step, StepOutcome, StepSettings};
-pub use batch::TrainingBatch;
+/// The padded tensors of an update (from `atomrl-logprob`).
+pub use atomrl_logprob::TrainingBatch;
+/// Generation decoded for rewards and updates, single-turn or with tools (from
+/// `atomrl-sample`).
+pub use atomrl_sample::{generate_rows, GeneratedRow, ToolUse};
 pub use eval::{evaluate, evaluate_sharded, EvalResult};
-pub use generation::{generate_rows, GeneratedRow, ToolUse};
 pub use prompt::{EncodedPrompt, PromptEncoder};
 pub use rollout::{
     add_round, generate_group_rows, generate_group_rows_sharded, RolloutContext, RolloutRow,

@@ -5,10 +5,9 @@ use atomrl_advantage::filter_groups;
 use atomrl_core::{CandleContext, Result};
 use atomrl_model::CausalLm;
 use atomrl_reward::{correctness_score, RewardContext, Trajectory, WeightedRewards};
-use atomrl_sample::{ChatTokenizer, FinishReason, SamplingParams};
+use atomrl_sample::{generate_rows, ChatTokenizer, FinishReason, SamplingParams, ToolUse};
 use candle_core::Tensor;
 
-use super::generation::{generate_rows, ToolUse};
 use super::prompt::EncodedPrompt;
 use crate::data::SplitMix64;
 use crate::parallel::{run_shards, split_even};

@@ -6,11 +6,10 @@ use std::time::Instant;
 use atomrl_core::{Error, Result};
 use atomrl_model::CausalLm;
 use atomrl_reward::WeightedRewards;
-use atomrl_sample::ChatTokenizer;
+use atomrl_sample::{ChatTokenizer, ToolUse};
 use candle_core::Var;
 
 use super::eval::{evaluate_sharded, EvalResult};
-use super::generation::ToolUse;
 use super::prompt::PromptEncoder;
 use super::step::GrpoStep;
 use crate::checkpoint::{latest_checkpoint, load_trainer_state, save_checkpoint, TrainerState};

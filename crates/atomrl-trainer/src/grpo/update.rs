@@ -11,9 +11,9 @@ use atomrl_model::CausalLm;
 use candle_core::{Tensor, Var};
 
 use super::accumulate::{accumulate_and_step_hooked, zero_gradient_step, StepSettings};
-use super::batch::TrainingBatch;
 use crate::config::GRPOArgs;
 use crate::optim::AdamW;
+use atomrl_logprob::TrainingBatch;
 
 /// What an update measured.
 #[derive(Debug, Clone, Default)]

@@ -1,16 +1,21 @@
-//! One generation call, single-turn or with tools, decoded into what rewards, metrics and the
-//! update read: the one path of the rollouts, the evaluation and `atomrl-infer`.
+//! [`generate_rows`]: one generation call, single-turn or with tools, decoded into what
+//! rewards, metrics and an update read (the one path of a trainer's rollouts, its evaluation
+//! and `atomrl-infer`).
 
-use atomrl_core::Result;
+use atomrl_core::{Result, ToolCallRecord, Trajectory};
 use atomrl_model::CausalLm;
-use atomrl_reward::{ToolCallRecord, Trajectory};
-use atomrl_sample::{
-    generate_samples, generate_with_tools, ChatTokenizer, FinishReason, SamplingParams,
-    ToolTrajectory,
-};
 use atomrl_tools::ToolSet;
 
+use crate::chat::ChatTokenizer;
+use crate::generate::generate_samples;
+use crate::params::SamplingParams;
+use crate::rollout::FinishReason;
+use crate::tool_rollout::generate_with_tools;
+use crate::trajectory::ToolTrajectory;
+
 /// The tools of a generation call and their turn limit.
+///
+/// See [`generate_rows`] for an example.
 #[derive(Clone, Copy)]
 pub struct ToolUse<'a> {
     /// The tools the model may call.
@@ -20,6 +25,8 @@ pub struct ToolUse<'a> {
 }
 
 /// One decoded completion.
+///
+/// See [`generate_rows`] for an example.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GeneratedRow {
     /// Every token after the prompt (tool turns included).
@@ -39,10 +46,33 @@ pub struct GeneratedRow {
     pub stopped_at_max_turns: bool,
 }
 
-/// The rows of one call (`B·G`, prompt-major) and the tokens the model generated.
+/// The rows of one call (`B·G`, prompt-major) and the tokens the model generated: with tools
+/// (a non-empty set), [`generate_with_tools`]; otherwise [`generate_samples`], each row's
+/// text cut at its stop string as [`ChatTokenizer::decode_completions`] does.
 ///
 /// # Errors
 /// Generation, template or tokenizer failures.
+///
+/// ```
+/// use atomrl_model::CausalLm;
+/// use atomrl_sample::{generate_rows, ChatTokenizer, SamplingParams, ToolUse};
+/// use atomrl_tools::ToolSet;
+/// use candle_core::{DType, Device};
+/// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+/// let model = CausalLm::from_hf_dir(dir, DType::F32, &Device::Cpu)?;
+/// let tok = ChatTokenizer::from_hf_dir(dir)?;
+/// let p = SamplingParams { num_generations: 2, max_new_tokens: 4, seed: 1, ..Default::default() };
+/// let prompts = [tok.encode_chat_prompt("hi")?];
+/// let (plain, n) = generate_rows(&model, &tok, &prompts, &p, None)?;
+/// assert_eq!((plain.len(), plain[0].trajectory.is_none()), (2, true));
+/// assert_eq!(n, plain.iter().map(|r| r.completion_ids.len()).sum::<usize>());
+/// let tools = ToolSet::from_names(&["calculator"])?;
+/// let with = ToolUse { tools: &tools, max_tool_turns: 2 };
+/// let (rows, _) = generate_rows(&model, &tok, &prompts, &p, Some(with))?;
+/// assert!(rows[0].trajectory.is_some()); // no call from a random model, but a trajectory
+/// assert_eq!(rows[0].model_token.len(), rows[0].completion_ids.len());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn generate_rows(
     model: &CausalLm,
     tokenizer: &ChatTokenizer,

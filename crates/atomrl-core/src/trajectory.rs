@@ -4,7 +4,7 @@
 /// One tool call of a trajectory, as the rollout ran it.
 ///
 /// ```
-/// use atomrl_reward::ToolCallRecord;
+/// use atomrl_core::ToolCallRecord;
 /// let c = ToolCallRecord::new(Some("calculator"), r#"{"name": "calculator", "arguments": {"expression": "6*7"}}"#, "42", false);
 /// assert_eq!((c.name.as_deref(), c.output.as_str(), c.failed), (Some("calculator"), "42", false));
 /// ```
@@ -41,10 +41,10 @@ impl ToolCallRecord {
 
 /// A whole multi-turn completion: its text with the tool turns, and the calls it made. With
 /// tool rollouts, reward functions get the final model turn as the completion (where the
-/// answer is) and the trajectory in [`RewardContext::trajectories`](crate::RewardContext).
+/// answer is) and the trajectory in `atomrl_reward::RewardContext::trajectories`.
 ///
 /// ```
-/// use atomrl_reward::{ToolCallRecord, Trajectory};
+/// use atomrl_core::{ToolCallRecord, Trajectory};
 /// let t = Trajectory {
 ///     text: "<tool_call>…</tool_call>\n<tool_response>\n42\n</tool_response>\n<answer>\n42\n</answer>".into(),
 ///     tool_calls: vec![ToolCallRecord::new(Some("calculator"), "…", "42", false)],

@@ -1,11 +1,13 @@
-//! The padded tensors of a policy update, built from rollout rows.
+//! [`TrainingBatch`]: the padded tensors of a policy update (or an SFT step), built from
+//! `(prompt, completion, loss mask)` token rows.
 
 use std::collections::HashMap;
 
 use atomrl_core::shape::scalar_f64;
-use atomrl_core::{CandleContext, Result};
-use atomrl_logprob::SharedPromptBatch;
+use atomrl_core::{CandleContext, Error, Result};
 use candle_core::{Device, Tensor};
+
+use crate::shared_prompt::SharedPromptBatch;
 
 /// Padded inputs of one update.
 ///
@@ -31,8 +33,13 @@ pub struct TrainingBatch {
 }
 
 impl TrainingBatch {
-    /// The number of completion tokens (the completion mask's sum).
-    pub(crate) fn completion_tokens(&self, func: &str) -> Result<f64> {
+    /// The number of completion tokens in the loss (the completion mask's sum).
+    ///
+    /// # Errors
+    /// A tensor failure, reported as `func`'s.
+    ///
+    /// See [`TrainingBatch::build`] for an example.
+    pub fn completion_tokens(&self, func: &str) -> Result<f64> {
         scalar_f64(func, &self.completion_mask.sum_all().ctx(func)?)
     }
 
@@ -42,7 +49,31 @@ impl TrainingBatch {
     /// `loss_row` is false keep their tokens but get an all-zero completion mask.
     ///
     /// # Errors
-    /// Tensor construction failures.
+    /// [`Error::Value`] when `advantages` or `loss_row` do not have one entry per row, or a
+    /// row's `model_token` does not have one entry per completion token; tensor failures.
+    ///
+    /// ```
+    /// use atomrl_logprob::TrainingBatch;
+    /// use candle_core::Device;
+    /// // Row 0: a model turn, a two-token tool turn, a model token. Row 1: left out of the loss.
+    /// let rows: [(&[u32], &[u32], &[bool]); 2] = [
+    ///     (&[1, 2], &[5, 6, 7, 8], &[true, false, false, true]),
+    ///     (&[3], &[9], &[true]),
+    /// ];
+    /// let b = TrainingBatch::build(&rows, &[0.5, -0.5], &[true, false], 0, &Device::Cpu)?;
+    /// assert_eq!(b.input_ids.to_vec2::<u32>()?, [[1, 2, 5, 6, 7, 8], [0, 3, 9, 0, 0, 0]]);
+    /// assert_eq!(b.completion_mask.to_vec2::<f32>()?, [[1.0, 0.0, 0.0, 1.0], [0.0; 4]]);
+    /// assert_eq!(b.completion_tokens("example")?, 2.0);
+    /// assert_eq!((b.num_rows(), b.completion_len, b.prompt_groups.clone()), (2, 4, vec![0, 1]));
+    /// assert_eq!(b.rows(1, 1)?.num_rows(), 1);
+    /// assert_eq!(b.select(&[1, 0])?.prompt_groups, [1, 0]);
+    /// assert_eq!(b.select(&[1])?.compact()?.input_ids.to_vec2::<u32>()?, [[3, 9]]);
+    /// assert!(b.shared_prompts()?.is_none()); // no two rows share a prompt
+    /// let bad: [(&[u32], &[u32], &[bool]); 1] = [(&[1], &[5, 6], &[true])];
+    /// let err = TrainingBatch::build(&bad, &[0.0], &[true], 0, &Device::Cpu).unwrap_err();
+    /// assert!(err.to_string().contains("rows[0].model_token"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn build(
         rows: &[(&[u32], &[u32], &[bool])],
         advantages: &[f32],
@@ -51,6 +82,23 @@ impl TrainingBatch {
         device: &Device,
     ) -> Result<Self> {
         let func = "TrainingBatch";
+        let n_rows = format!("{} entries (one per row)", rows.len());
+        if advantages.len() != rows.len() {
+            return Err(Error::value(func, "advantages", &n_rows, advantages.len()));
+        }
+        if loss_row.len() != rows.len() {
+            return Err(Error::value(func, "loss_row", &n_rows, loss_row.len()));
+        }
+        for (i, (_, completion, model_token)) in rows.iter().enumerate() {
+            if model_token.len() != completion.len() {
+                return Err(Error::value(
+                    func,
+                    format!("rows[{i}].model_token"),
+                    format!("{} entries (one per completion token)", completion.len()),
+                    model_token.len(),
+                ));
+            }
+        }
         let p = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
         let t = rows.iter().map(|r| r.1.len()).max().unwrap_or(0).max(1);
         let (n, width) = (rows.len(), p + t);
@@ -92,6 +140,8 @@ impl TrainingBatch {
     ///
     /// # Errors
     /// An out-of-range slice.
+    ///
+    /// See [`TrainingBatch::build`] for an example.
     pub fn rows(&self, start: usize, len: usize) -> Result<Self> {
         let func = "TrainingBatch::rows";
         Ok(Self {
@@ -108,6 +158,8 @@ impl TrainingBatch {
     ///
     /// # Errors
     /// An index out of range.
+    ///
+    /// See [`TrainingBatch::build`] for an example.
     pub fn select(&self, indices: &[u32]) -> Result<Self> {
         let func = "TrainingBatch::select";
         let idx = Tensor::new(indices, self.input_ids.device()).ctx(func)?;
@@ -131,6 +183,8 @@ impl TrainingBatch {
     ///
     /// # Errors
     /// Tensor failures.
+    ///
+    /// See [`TrainingBatch::build`] for an example.
     pub fn compact(&self) -> Result<Self> {
         let func = "TrainingBatch::compact";
         let mask: Vec<Vec<f32>> = self.attention_mask.to_vec2().ctx(func)?;
@@ -159,11 +213,13 @@ impl TrainingBatch {
     }
 
     /// The rows grouped by prompt, each distinct prompt once, for
-    /// [`atomrl_logprob::get_shared_prompt_log_probs`]; `None` when no two rows share a prompt
+    /// [`get_shared_prompt_log_probs`](crate::get_shared_prompt_log_probs); `None` when no two rows share a prompt
     /// (nothing to save).
     ///
     /// # Errors
     /// Tensor failures.
+    ///
+    /// See [`TrainingBatch::build`] for an example.
     pub fn shared_prompts(&self) -> Result<Option<SharedPromptBatch>> {
         let func = "TrainingBatch::shared_prompts";
         // Local prompt numbers in order of first appearance, and the first row of each.
@@ -197,6 +253,8 @@ impl TrainingBatch {
     }
 
     /// Number of rows `R`.
+    ///
+    /// See [`TrainingBatch::build`] for an example.
     pub fn num_rows(&self) -> usize {
         self.advantages.dims().first().copied().unwrap_or(0)
     }
