@@ -18,8 +18,9 @@
 //! from run to run, between [`ThreadGroup`] and MPI, and to [`sum_in_rank_order_f32`] over the
 //! `W` shards in one process. The MPI implementation does *not* use `MPI_Allreduce`, whose
 //! order of summation is unspecified (it depends on the algorithm the library picks for the
-//! message size and the topology): it gathers the shards to rank 0, sums them there in rank
-//! order and broadcasts the result.
+//! message size and the topology): it runs a deterministic reduce-scatter (rank `s` receives
+//! slice `s` of every rank's vector and adds the `W` pieces in rank order) followed by an
+//! all-gather of the summed slices.
 //!
 //! ```
 //! use atomrl_dist::{sum_in_rank_order_f32, Collective, ThreadGroup};

@@ -1,23 +1,23 @@
 //! [`MpiCollective`]: one rank per process over MPI (rsmpi), launched by `mpirun`.
 //!
-//! Sums do not use `MPI_Allreduce` (whose summation order is unspecified): the shards are
-//! gathered to rank 0 (`MPI_Gather`), summed there in rank order in the element type, and the
-//! result is broadcast (`MPI_Bcast`). That moves `W − 1` shards into rank 0 and the sum out
-//! again, about twice the traffic of a ring all-reduce at rank 0, in exchange for bit-identical,
-//! reproducible sums (see the [crate docs](crate#deterministic-sums)).
+//! Sums do not use `MPI_Allreduce` (whose summation order is unspecified). They are a
+//! deterministic reduce-scatter + all-gather: rank `s` receives slice `s` of every rank's
+//! vector (`MPI_Alltoallv`), adds the `W` pieces in rank order in the element type, and the
+//! summed slices are all-gathered (`MPI_Allgatherv`). Every element is the rank-ordered sum,
+//! bit-identical on every rank and to [`crate::sum_in_rank_order_f32`] (see the
+//! [crate docs](crate#deterministic-sums)); each rank sends and receives about
+//! `2 (W − 1) / W` of the vector, as in a ring all-reduce.
 //!
 //! MPI's default error handler (`MPI_ERRORS_ARE_FATAL`) ends the job on a communication
 //! error, so the errors returned here are argument checks made before calling MPI.
 
 use mpi::collective::{CommunicatorCollectives, Root};
-use mpi::datatype::PartitionMut;
+use mpi::datatype::{Partition, PartitionMut};
 use mpi::environment::Universe;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::Count;
 
-use crate::{
-    local_rank_from_env, sum_in_rank_order, Collective, DistError, Result, LOCAL_RANK_VARS,
-};
+use crate::{local_rank_from_env, Collective, DistError, Result, LOCAL_RANK_VARS};
 
 /// The MPI world communicator as a [`Collective`]: rank and size of `MPI_COMM_WORLD`.
 /// Holds the MPI environment: `MPI_Finalize` runs when it is dropped, so create one per
@@ -180,27 +180,63 @@ impl MpiCollective {
         lens
     }
 
-    /// Gather to rank 0, sum in rank order there, broadcast.
+    /// The rank-ordered sum as a deterministic reduce-scatter + all-gather: the vector is cut
+    /// into `W` contiguous slices (lengths differing by at most one); rank `s` receives slice
+    /// `s` of every rank (`MPI_Alltoallv`), sums the `W` pieces in rank order, and every rank
+    /// then collects all the summed slices (`MPI_Allgatherv`). Each element is still
+    /// `((x₀ + x₁) + x₂) + …`, so the bits equal [`crate::sum_in_rank_order_f32`]'s, while the traffic
+    /// and the additions are spread over the ranks as in a ring all-reduce.
     fn sum_rank_order<T>(&self, op: &'static str, buf: &mut [T], zero: T) -> Result<()>
     where
         T: mpi::datatype::Equivalence + Copy + std::ops::AddAssign,
     {
-        self.count(op, buf.len().saturating_mul(self.world))?;
-        self.same_len(op, buf.len())?;
-        if self.world == 1 || buf.is_empty() {
+        let n = buf.len();
+        self.count(op, n)?;
+        self.same_len(op, n)?;
+        let w = self.world;
+        if w == 1 || n == 0 {
             return Ok(());
         }
+        // Slice s = starts[s]..starts[s] + lens[s]; counts fit in `Count` as n does.
+        let (base, extra) = (n / w, n % w);
+        let lens: Vec<usize> = (0..w).map(|s| base + usize::from(s < extra)).collect();
+        let starts: Vec<usize> = lens
+            .iter()
+            .scan(0, |acc, &l| {
+                let start = *acc;
+                *acc += l;
+                Some(start)
+            })
+            .collect();
+        let counts =
+            |v: &[usize]| -> Result<Vec<Count>> { v.iter().map(|&x| self.count(op, x)).collect() };
+        let mine = lens[self.rank];
         let comm = self.comm();
-        let root = comm.process_at_rank(0);
-        if self.rank == 0 {
-            let mut all = vec![zero; buf.len() * self.world];
-            root.gather_into_root(&buf[..], &mut all[..]);
-            let shards: Vec<&[T]> = all.chunks_exact(buf.len()).collect();
-            buf.copy_from_slice(&sum_in_rank_order(&shards));
-        } else {
-            root.gather_into(&buf[..]);
+
+        // Reduce-scatter: piece r of `scratch` is rank r's copy of my slice.
+        let mut scratch = vec![zero; mine * w];
+        {
+            let send = Partition::new(&buf[..], counts(&lens)?, counts(&starts)?);
+            let recv_displs: Vec<usize> = (0..w).map(|r| r * mine).collect();
+            let mut recv = PartitionMut::new(
+                &mut scratch[..],
+                counts(&vec![mine; w])?,
+                counts(&recv_displs)?,
+            );
+            comm.all_to_all_varcount_into(&send, &mut recv);
         }
-        root.broadcast_into(buf);
+        let mut pieces = scratch.chunks_exact(mine.max(1));
+        let mut sum: Vec<T> = pieces.next().map(<[T]>::to_vec).unwrap_or_default();
+        for piece in pieces {
+            for (a, x) in sum.iter_mut().zip(piece) {
+                *a += *x;
+            }
+        }
+        sum.truncate(mine);
+
+        // All-gather the summed slices back into `buf`.
+        let mut recv = PartitionMut::new(buf, counts(&lens)?, counts(&starts)?);
+        comm.all_gather_varcount_into(&sum[..], &mut recv);
         Ok(())
     }
 }

@@ -125,6 +125,29 @@ fn check(comm: &dyn Collective) -> Result<String, String> {
 
 /// Times `all_reduce_sum_f32` of each of [`BENCH_SIZES`]; rank 0's lines.
 fn bench(comm: &dyn Collective, label: &str) -> Result<Vec<String>, String> {
+    bench_with(comm, label, |buf| {
+        comm.all_reduce_sum_f32(buf).map_err(|e| e.to_string())
+    })
+}
+
+/// For comparison: MPI's own `MPI_Allreduce(MPI_SUM)`, whose summation order is unspecified.
+fn bench_native_mpi(comm: &MpiCollective) -> Result<Vec<String>, String> {
+    use mpi::collective::{CommunicatorCollectives, SystemOperation};
+    let world = mpi::topology::SimpleCommunicator::world();
+    let mut out = Vec::new();
+    bench_with(comm, "MPI_Allreduce (unordered, reference)", |buf| {
+        out.clear();
+        out.extend_from_slice(buf);
+        world.all_reduce_into(&out[..], &mut buf[..], SystemOperation::sum());
+        Ok(())
+    })
+}
+
+fn bench_with(
+    comm: &dyn Collective,
+    label: &str,
+    mut reduce: impl FnMut(&mut [f32]) -> Result<(), String>,
+) -> Result<Vec<String>, String> {
     let mut lines = Vec::new();
     for n in BENCH_SIZES {
         let mut buf = data_f32(comm.rank(), n);
@@ -132,8 +155,7 @@ fn bench(comm: &dyn Collective, label: &str) -> Result<Vec<String>, String> {
         for i in 0..BENCH_ITERS + 2 {
             comm.barrier().map_err(|e| e.to_string())?;
             let start = Instant::now();
-            comm.all_reduce_sum_f32(&mut buf)
-                .map_err(|e| e.to_string())?;
+            reduce(&mut buf)?;
             if i >= 2 {
                 times.push(start.elapsed().as_secs_f64() * 1e3);
             }
@@ -261,7 +283,10 @@ fn main() -> ExitCode {
         }
     }
     if args.bench {
-        match bench(&comm, "MPI") {
+        match bench(&comm, "MPI").and_then(|mut l| {
+            l.extend(bench_native_mpi(&comm)?);
+            Ok(l)
+        }) {
             Ok(lines) if rank == 0 => lines.iter().for_each(|l| println!("{l}")),
             Ok(_) => {}
             Err(e) => {
