@@ -16,12 +16,16 @@ use mpi::datatype::{Partition, PartitionMut};
 use mpi::environment::Universe;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::Count;
+use mpi::Threading;
+use std::marker::PhantomData;
 
 use crate::{local_rank_from_env, Collective, DistError, Result, LOCAL_RANK_VARS};
 
 /// The MPI world communicator as a [`Collective`]: rank and size of `MPI_COMM_WORLD`.
 /// Holds the MPI environment: `MPI_Finalize` runs when it is dropped, so create one per
-/// process and keep it for the whole run.
+/// process and keep it for the whole run. MPI is initialised at `MPI_THREAD_FUNNELED`: the
+/// process may run other threads (the trainer's CPU workers), but collectives are called from
+/// the thread that created this value, which is `!Send` and `!Sync` to enforce it.
 ///
 /// ```no_run
 /// use atomrl_dist::{Collective, MpiCollective};
@@ -37,6 +41,10 @@ pub struct MpiCollective {
     rank: usize,
     world: usize,
     local_rank: usize,
+    /// MPI is initialised with `MPI_THREAD_FUNNELED` (other threads may compute, only the
+    /// initialising thread calls MPI); the raw-pointer marker keeps the value `!Send + !Sync`,
+    /// so it cannot be moved to or shared with another thread.
+    _funneled: PhantomData<*const ()>,
 }
 
 impl std::fmt::Debug for MpiCollective {
@@ -58,10 +66,10 @@ fn to_index(op: &'static str, what: &str, value: i32) -> Result<usize> {
 }
 
 impl MpiCollective {
-    /// Initialises MPI (`MPI_Init`) and takes the world communicator. The node-local rank
-    /// (for `cuda:local_rank`) comes from the launcher's environment
-    /// ([`local_rank_from_env`]), else from the rank within this node's shared-memory
-    /// communicator (`MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`).
+    /// Initialises MPI (`MPI_Init_thread`, `MPI_THREAD_FUNNELED`) and takes the world
+    /// communicator. The node-local rank (for `cuda:local_rank`) comes from the launcher's
+    /// environment ([`local_rank_from_env`]), else from the rank within this node's
+    /// shared-memory communicator (`MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`).
     ///
     /// # Errors
     /// [`DistError::Setup`] when MPI was already initialised in this process.
@@ -92,11 +100,12 @@ impl MpiCollective {
 
     fn init_with(env_only: bool) -> Result<Self> {
         const OP: &str = "MpiCollective::init";
-        let universe = mpi::initialize().ok_or(DistError::Setup {
-            op: OP,
-            rank: 0,
-            detail: "MPI is already initialised in this process".into(),
-        })?;
+        let (universe, _level) =
+            mpi::initialize_with_threading(Threading::Funneled).ok_or(DistError::Setup {
+                op: OP,
+                rank: 0,
+                detail: "MPI is already initialised in this process".into(),
+            })?;
         let comm = universe.world();
         let rank = to_index(OP, "rank", comm.rank())?;
         let world = to_index(OP, "size", comm.size())?;
@@ -119,6 +128,7 @@ impl MpiCollective {
             rank,
             world,
             local_rank,
+            _funneled: PhantomData,
         })
     }
 
