@@ -64,7 +64,7 @@ mod thread;
 mod mpi_impl;
 
 #[cfg(feature = "mpi")]
-pub use mpi_impl::MpiCollective;
+pub use mpi_impl::{MpiCollective, DEFAULT_MAX_MESSAGE_ELEMS};
 pub use thread::{ThreadGroup, ThreadMember};
 
 /// Errors of a collective operation: each names the operation, the rank that saw it and what

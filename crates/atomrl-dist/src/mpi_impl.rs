@@ -45,7 +45,11 @@ pub struct MpiCollective {
     /// initialising thread calls MPI); the raw-pointer marker keeps the value `!Send + !Sync`,
     /// so it cannot be moved to or shared with another thread.
     _funneled: PhantomData<*const ()>,
+    max_message: usize,
 }
+
+/// Default of [`MpiCollective::max_message_elems`]: 64 M elements (256 MB of f32).
+pub const DEFAULT_MAX_MESSAGE_ELEMS: usize = 1 << 26;
 
 impl std::fmt::Debug for MpiCollective {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -129,6 +133,7 @@ impl MpiCollective {
             world,
             local_rank,
             _funneled: PhantomData,
+            max_message: DEFAULT_MAX_MESSAGE_ELEMS,
         })
     }
 
@@ -141,6 +146,32 @@ impl MpiCollective {
     /// ```
     pub fn local_rank(&self) -> usize {
         self.local_rank
+    }
+
+    /// The longest message, in elements, of the sums and broadcasts: longer buffers go in
+    /// pieces of this many elements. This bounds the scratch memory of a sum (about one piece)
+    /// and keeps MPI's `int` counts in range, so buffers of any length work.
+    ///
+    /// ```no_run
+    /// let comm = atomrl_dist::MpiCollective::init()?;
+    /// assert_eq!(comm.max_message_elems(), atomrl_dist::DEFAULT_MAX_MESSAGE_ELEMS);
+    /// # Ok::<(), atomrl_dist::DistError>(())
+    /// ```
+    pub fn max_message_elems(&self) -> usize {
+        self.max_message
+    }
+
+    /// Sets [`max_message_elems`](Self::max_message_elems), clamped to `1..=i32::MAX`. Every
+    /// rank must use the same value. Results do not depend on it (each element is still the
+    /// rank-ordered sum).
+    ///
+    /// ```no_run
+    /// let mut comm = atomrl_dist::MpiCollective::init()?;
+    /// comm.set_max_message_elems(16 << 20); // 64 MB pieces of f32
+    /// # Ok::<(), atomrl_dist::DistError>(())
+    /// ```
+    pub fn set_max_message_elems(&mut self, elems: usize) {
+        self.max_message = elems.clamp(1, Count::MAX as usize);
     }
 
     fn comm(&self) -> SimpleCommunicator {
@@ -200,13 +231,23 @@ impl MpiCollective {
     where
         T: mpi::datatype::Equivalence + Copy + std::ops::AddAssign,
     {
-        let n = buf.len();
-        self.count(op, n)?;
-        self.same_len(op, n)?;
-        let w = self.world;
-        if w == 1 || n == 0 {
+        self.same_len(op, buf.len())?;
+        if self.world == 1 {
             return Ok(());
         }
+        for piece in buf.chunks_mut(self.max_message) {
+            self.sum_piece(op, piece, zero)?;
+        }
+        Ok(())
+    }
+
+    /// [`sum_rank_order`](Self::sum_rank_order) of one piece of at most
+    /// [`max_message_elems`](Self::max_message_elems) elements.
+    fn sum_piece<T>(&self, op: &'static str, buf: &mut [T], zero: T) -> Result<()>
+    where
+        T: mpi::datatype::Equivalence + Copy + std::ops::AddAssign,
+    {
+        let (n, w) = (buf.len(), self.world);
         // Slice s = starts[s]..starts[s] + lens[s]; counts fit in `Count` as n does.
         let (base, extra) = (n / w, n % w);
         let lens: Vec<usize> = (0..w).map(|s| base + usize::from(s < extra)).collect();
@@ -271,7 +312,6 @@ impl Collective for MpiCollective {
     fn broadcast_f32(&self, buf: &mut [f32], root: usize) -> Result<()> {
         const OP: &str = "broadcast_f32";
         let root = self.root(OP, root)?;
-        self.count(OP, buf.len())?;
         // Every rank learns every length, so a mismatch is an error on every rank (not a
         // hang of the ranks that passed the check).
         let lens = self.gather_lens(buf.len());
@@ -286,7 +326,9 @@ impl Collective for MpiCollective {
             });
         }
         let comm = self.comm();
-        comm.process_at_rank(root).broadcast_into(buf);
+        for piece in buf.chunks_mut(self.max_message) {
+            comm.process_at_rank(root).broadcast_into(piece);
+        }
         Ok(())
     }
 
@@ -301,9 +343,10 @@ impl Collective for MpiCollective {
             rank: self.rank,
             detail: format!("root {root} sends {len} bytes, more than this platform addresses"),
         })?;
-        self.count(OP, len)?;
         buf.resize(len, 0);
-        comm.process_at_rank(root).broadcast_into(&mut buf[..]);
+        for piece in buf.chunks_mut(self.max_message) {
+            comm.process_at_rank(root).broadcast_into(piece);
+        }
         Ok(())
     }
 

@@ -46,7 +46,9 @@ fn check_ranks(np: usize) {
         assert!(
             stdout
                 .lines()
-                .any(|l| l.starts_with(&format!("rank {rank}/{np}")) && l.contains(": all_reduce")),
+                .any(|l| l.starts_with(&format!("rank {rank}/{np}"))
+                    && l.contains(": all_reduce")
+                    && l.contains("1000-element")),
             "no ok line from rank {rank}:\n{stdout}\n{stderr}"
         );
     }
