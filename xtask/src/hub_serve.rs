@@ -4,8 +4,7 @@
 use std::path::Path;
 
 use anyhow::Result;
-use atomrl_hub::test_server::{gsm8k_parquet, sharded_model_files, HubServer};
-use atomrl_hub::RepoKind;
+use atomrl_hub::test_server::HubServer;
 
 #[derive(clap::Args)]
 pub struct HubServeArgs {
@@ -20,13 +19,7 @@ pub fn run(a: &HubServeArgs) -> Result<std::convert::Infallible> {
     let model =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/reference/models/tiny-qwen2");
     let server = HubServer::start_on(a.port)?;
-    server.add_folder(RepoKind::Model, "org/tiny", "main", &model)?;
-    server.add_repo(
-        RepoKind::Model,
-        "org/tiny-sharded",
-        "main",
-        sharded_model_files(&model, 2)?,
-    );
+    server.add_tiny_models(&model)?;
     let rows = |n: usize, offset: usize| -> Vec<(String, String)> {
         (offset..offset + n)
             .map(|i| {
@@ -38,21 +31,7 @@ pub fn run(a: &HubServeArgs) -> Result<std::convert::Infallible> {
             })
             .collect()
     };
-    server.add_repo(
-        RepoKind::Dataset,
-        "openai/gsm8k",
-        "main",
-        vec![
-            (
-                "main/train-00000-of-00001.parquet".into(),
-                gsm8k_parquet(&rows(200, 0))?,
-            ),
-            (
-                "main/test-00000-of-00001.parquet".into(),
-                gsm8k_parquet(&rows(50, 200))?,
-            ),
-        ],
-    );
+    server.add_gsm8k("openai/gsm8k", &rows(200, 0), &rows(50, 200))?;
     println!("serving org/tiny, org/tiny-sharded and openai/gsm8k; use");
     println!("  export HF_ENDPOINT={}", server.url());
     println!("(Ctrl-C stops it)");

@@ -83,9 +83,10 @@ fn data(a: &DataArgs) -> Result<()> {
 }
 
 /// Crates users `cargo add` for one piece: they must stay light.
-const LIGHT_CRATES: [&str; 8] = [
+const LIGHT_CRATES: [&str; 9] = [
     "atomrl-core",
     "atomrl-tools",
+    "atomrl-dist",
     "atomrl-advantage",
     "atomrl-loss",
     "atomrl-reward",

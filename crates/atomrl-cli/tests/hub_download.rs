@@ -12,23 +12,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use atomrl_hub::test_server::{gsm8k_parquet, sharded_model_files, HubServer};
-use atomrl_hub::RepoKind;
+use atomrl_hub::test_server::HubServer;
 use common::{model_dir, temp_dir, train_bin};
 
 /// A server with `org/tiny`, `org/tiny-sharded` and `openai/gsm8k` (config `main`).
 fn hub() -> HubServer {
     let server = HubServer::start().unwrap();
-    let model = PathBuf::from(model_dir());
-    server
-        .add_folder(RepoKind::Model, "org/tiny", "main", &model)
-        .unwrap();
-    server.add_repo(
-        RepoKind::Model,
-        "org/tiny-sharded",
-        "main",
-        sharded_model_files(&model, 2).unwrap(),
-    );
+    server.add_tiny_models(&PathBuf::from(model_dir())).unwrap();
     let rows = |n: usize| -> Vec<(String, String)> {
         (0..n)
             .map(|i| {
@@ -40,21 +30,9 @@ fn hub() -> HubServer {
             })
             .collect()
     };
-    server.add_repo(
-        RepoKind::Dataset,
-        "openai/gsm8k",
-        "main",
-        vec![
-            (
-                "main/train-00000-of-00001.parquet".into(),
-                gsm8k_parquet(&rows(24)).unwrap(),
-            ),
-            (
-                "main/test-00000-of-00001.parquet".into(),
-                gsm8k_parquet(&rows(6)).unwrap(),
-            ),
-        ],
-    );
+    server
+        .add_gsm8k("openai/gsm8k", &rows(24), &rows(6))
+        .unwrap();
     server
 }
 

@@ -155,6 +155,54 @@ impl HubServer {
         Ok(self.add_repo(kind, id, revision, files))
     }
 
+    /// Serves the model folder `dir` twice, main branch: as `org/tiny` (its files as they are)
+    /// and as `org/tiny-sharded` (its weights in two shards with an index, as
+    /// [`sharded_model_files`] writes them) — the models of the download tests and of `cargo
+    /// xtask hub-serve`.
+    ///
+    /// # Errors
+    /// When the folder cannot be read or its weights are not safetensors.
+    pub fn add_tiny_models(&self, dir: &Path) -> std::io::Result<()> {
+        self.add_folder(RepoKind::Model, "org/tiny", "main", dir)?;
+        self.add_repo(
+            RepoKind::Model,
+            "org/tiny-sharded",
+            "main",
+            sharded_model_files(dir, 2)?,
+        );
+        Ok(())
+    }
+
+    /// Serves dataset `id` (main branch) in GSM8K's layout: config `main`, one parquet file for
+    /// each split (`main/train-00000-of-00001.parquet`, `main/test-…`), with `(question,
+    /// answer)` rows.
+    ///
+    /// # Errors
+    /// When the parquet writer fails.
+    pub fn add_gsm8k(
+        &self,
+        id: &str,
+        train: &[(String, String)],
+        test: &[(String, String)],
+    ) -> std::io::Result<()> {
+        self.add_repo(
+            RepoKind::Dataset,
+            id,
+            "main",
+            vec![
+                (
+                    "main/train-00000-of-00001.parquet".into(),
+                    gsm8k_parquet(train)?,
+                ),
+                (
+                    "main/test-00000-of-00001.parquet".into(),
+                    gsm8k_parquet(test)?,
+                ),
+            ],
+        );
+        Ok(())
+    }
+
     /// Makes repository `id` answer 401 without a token and 403 with another one (`GatedRepo`).
     pub fn require_token(&self, kind: RepoKind, id: &str, token: &str) {
         let mut state = lock(&self.state);
