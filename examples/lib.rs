@@ -73,6 +73,57 @@ impl RunOptions {
     }
 }
 
+/// The model and data of an example's run (see [`choose_model`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelChoice {
+    /// No `--model` was given: the embedded model runs, on the synthetic problems by default.
+    pub embedded: bool,
+    /// The model folder or hub id.
+    pub model: String,
+    /// The dataset spec.
+    pub dataset: String,
+}
+
+/// The model and dataset of a run: without `model`, the embedded model in `embedded_dir`
+/// (which must hold its weights) on the `synthetic` problems; with one, that model on
+/// `openai/gsm8k`; a given `dataset` wins either way.
+///
+/// # Errors
+/// The embedded model is missing: the error names its folder and `build_cmd`, the command
+/// that builds it.
+///
+/// ```
+/// use atomrl_examples::choose_model;
+/// let real = choose_model(Some("Qwen/Qwen2.5-0.5B-Instruct"), None, "no/such/dir", "cargo xtask tiny-model")?;
+/// assert_eq!((real.embedded, real.dataset.as_str()), (false, "openai/gsm8k"));
+/// let err = choose_model(None, None, "no/such/dir", "cargo xtask tiny-model").unwrap_err();
+/// assert!(err.to_string().contains("cargo xtask tiny-model"));
+/// # Ok::<(), anyhow::Error>(())
+/// ```
+pub fn choose_model(
+    model: Option<&str>,
+    dataset: Option<&str>,
+    embedded_dir: &str,
+    build_cmd: &str,
+) -> anyhow::Result<ModelChoice> {
+    let embedded = model.is_none();
+    if embedded && !Path::new(embedded_dir).join("model.safetensors").is_file() {
+        anyhow::bail!(
+            "the embedded model is missing from {embedded_dir}; build it with `{build_cmd}`"
+        );
+    }
+    let default_dataset = if embedded {
+        "synthetic"
+    } else {
+        "openai/gsm8k"
+    };
+    Ok(ModelChoice {
+        embedded,
+        model: model.unwrap_or(embedded_dir).to_string(),
+        dataset: dataset.unwrap_or(default_dataset).to_string(),
+    })
+}
+
 /// `key="value"`, a TOML string override.
 ///
 /// ```

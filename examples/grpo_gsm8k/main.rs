@@ -6,11 +6,11 @@
 //! `--dataset` / `--device` it runs the real recipe (e.g. Qwen2.5-0.5B-Instruct on
 //! openai/gsm8k on a GPU); see docs/recipes.md.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use atomrl_examples::{main_with, quoted, RunOptions};
+use atomrl_examples::{choose_model, main_with, quoted, ModelChoice, RunOptions};
 use atomrl_trainer::config::{load_args, Recipe};
 use atomrl_trainer::run::{print_summary, run_recipe};
 use clap::{Parser, ValueEnum};
@@ -133,29 +133,20 @@ fn real_defaults() -> Vec<String> {
 }
 
 fn run(cli: Cli) -> Result<()> {
-    let embedded = cli.model.is_none();
     let recipe = match cli.recipe {
         RecipeArg::Grpo => Recipe::Grpo,
         RecipeArg::Dapo => Recipe::Dapo,
     };
-    let model = cli
-        .model
-        .clone()
-        .unwrap_or_else(|| EMBEDDED_MODEL.to_string());
-    if embedded
-        && !Path::new(EMBEDDED_MODEL)
-            .join("model.safetensors")
-            .is_file()
-    {
-        anyhow::bail!("the embedded model is missing from {EMBEDDED_MODEL}; build it with `cargo xtask tiny-model`");
-    }
-    let dataset = cli.dataset.clone().unwrap_or_else(|| {
-        if embedded {
-            "synthetic".into()
-        } else {
-            "openai/gsm8k".into()
-        }
-    });
+    let ModelChoice {
+        embedded,
+        model,
+        dataset,
+    } = choose_model(
+        cli.model.as_deref(),
+        cli.dataset.as_deref(),
+        EMBEDDED_MODEL,
+        "cargo xtask tiny-model",
+    )?;
     let mut overrides = if embedded {
         embedded_defaults(cli.recipe)
     } else {

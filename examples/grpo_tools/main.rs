@@ -8,11 +8,11 @@
 //! after. With `--model` / `--dataset` / `--device` it runs the same loop on a real model
 //! (e.g. Qwen2.5-0.5B-Instruct, whose chat template renders the tools; see docs/recipes.md).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use atomrl_examples::{main_with, quoted, RunOptions};
+use atomrl_examples::{choose_model, main_with, quoted, ModelChoice, RunOptions};
 use atomrl_trainer::config::{load_args, Recipe};
 use atomrl_trainer::run::{print_summary, run_recipe};
 use atomrl_trainer::TrainSummary;
@@ -115,27 +115,16 @@ fn real_defaults() -> Vec<String> {
 }
 
 fn run(cli: Cli) -> Result<()> {
-    let embedded = cli.model.is_none();
-    let model = cli
-        .model
-        .clone()
-        .unwrap_or_else(|| EMBEDDED_MODEL.to_string());
-    if embedded
-        && !Path::new(EMBEDDED_MODEL)
-            .join("model.safetensors")
-            .is_file()
-    {
-        anyhow::bail!(
-            "the embedded tool model is missing from {EMBEDDED_MODEL}; build it with `cargo xtask tiny-model-tools`"
-        );
-    }
-    let dataset = cli.dataset.clone().unwrap_or_else(|| {
-        if embedded {
-            "synthetic".into()
-        } else {
-            "openai/gsm8k".into()
-        }
-    });
+    let ModelChoice {
+        embedded,
+        model,
+        dataset,
+    } = choose_model(
+        cli.model.as_deref(),
+        cli.dataset.as_deref(),
+        EMBEDDED_MODEL,
+        "cargo xtask tiny-model-tools",
+    )?;
     let mut overrides = if embedded {
         embedded_defaults()
     } else {

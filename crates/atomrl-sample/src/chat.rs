@@ -528,20 +528,29 @@ impl ChatTokenizer {
             .completion_rows()?
             .iter()
             .zip(&batch.finish_reasons)
-            .map(|(ids, reason)| {
-                let mut text = self.decode(ids, true)?;
-                if *reason == FinishReason::Stop {
-                    if let Some(cut) = stop_strings
-                        .iter()
-                        .filter_map(|s| text.find(s.as_str()))
-                        .min()
-                    {
-                        text.truncate(cut);
-                    }
-                }
-                Ok(text)
-            })
+            .map(|(ids, reason)| self.decode_turn(ids, *reason, stop_strings))
             .collect()
+    }
+
+    /// One completion's text (special tokens skipped), cut before its first stop string when
+    /// it ended on one.
+    pub(crate) fn decode_turn(
+        &self,
+        ids: &[u32],
+        reason: FinishReason,
+        stop_strings: &[String],
+    ) -> Result<String> {
+        let mut text = self.decode(ids, true)?;
+        if reason == FinishReason::Stop {
+            if let Some(cut) = stop_strings
+                .iter()
+                .filter_map(|s| text.find(s.as_str()))
+                .min()
+            {
+                text.truncate(cut);
+            }
+        }
+        Ok(text)
     }
 }
 

@@ -127,16 +127,7 @@ fn decode_trajectory(
     stop_strings: &[String],
 ) -> Result<GeneratedRow> {
     let text = tokenizer.decode(&traj.completion_ids, true)?;
-    let mut answer = tokenizer.decode(traj.final_turn(), true)?;
-    if traj.finish_reason == FinishReason::Stop {
-        if let Some(cut) = stop_strings
-            .iter()
-            .filter_map(|s| answer.find(s.as_str()))
-            .min()
-        {
-            answer.truncate(cut);
-        }
-    }
+    let answer = tokenizer.decode_turn(traj.final_turn(), traj.finish_reason, stop_strings)?;
     let tool_calls = traj
         .calls
         .iter()
