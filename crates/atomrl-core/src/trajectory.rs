@@ -8,7 +8,7 @@
 /// let c = ToolCallRecord::new(Some("calculator"), r#"{"name": "calculator", "arguments": {"expression": "6*7"}}"#, "42", false);
 /// assert_eq!((c.name.as_deref(), c.output.as_str(), c.failed), (Some("calculator"), "42", false));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ToolCallRecord {
     /// The tool's name, when the call named one.
     pub name: Option<String>,
@@ -51,7 +51,7 @@ impl ToolCallRecord {
 /// };
 /// assert_eq!(t.num_failed_calls(), 0);
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Trajectory {
     /// Every model turn and tool turn after the prompt, decoded (special tokens skipped).
     pub text: String,

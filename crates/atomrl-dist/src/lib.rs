@@ -219,6 +219,33 @@ pub trait Collective {
     /// ```
     fn all_gather_f64(&self, local: &[f64]) -> Result<Vec<Vec<f64>>>;
 
+    /// Every rank's `local` bytes, indexed by rank, on every rank (lengths may differ): for
+    /// serialised records such as one step's rollouts. One
+    /// [`broadcast_bytes`](Collective::broadcast_bytes) from each rank in turn: `W` messages
+    /// of the sizes given, small next to a step's gradient all-reduce.
+    ///
+    /// # Errors
+    /// [`DistError::Broken`] when a peer failed.
+    ///
+    /// ```
+    /// use atomrl_dist::{Collective, SingleProcess};
+    /// assert_eq!(SingleProcess.all_gather_bytes(b"rows")?, vec![b"rows".to_vec()]);
+    /// # Ok::<(), atomrl_dist::DistError>(())
+    /// ```
+    fn all_gather_bytes(&self, local: &[u8]) -> Result<Vec<Vec<u8>>> {
+        (0..self.world_size())
+            .map(|root| {
+                let mut buf = if root == self.rank() {
+                    local.to_vec()
+                } else {
+                    Vec::new()
+                };
+                self.broadcast_bytes(&mut buf, root)?;
+                Ok(buf)
+            })
+            .collect()
+    }
+
     /// Returns when every rank has called it.
     ///
     /// # Errors
@@ -369,6 +396,47 @@ pub fn local_rank_from_env() -> Option<usize> {
     LOCAL_RANK_VARS
         .iter()
         .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+}
+
+/// The number of ranks on this node that the launcher set in the environment (to share the
+/// node's cores or GPUs between them): the first of `OMPI_COMM_WORLD_LOCAL_SIZE` (Open MPI),
+/// `MPI_LOCALNRANKS` (MPICH's Hydra) and `LOCAL_WORLD_SIZE` (`torchrun`) that is set to an
+/// integer.
+///
+/// ```
+/// if std::env::var_os("OMPI_COMM_WORLD_LOCAL_SIZE").is_none()
+///     && std::env::var_os("MPI_LOCALNRANKS").is_none()
+///     && std::env::var_os("LOCAL_WORLD_SIZE").is_none()
+/// {
+///     assert_eq!(atomrl_dist::local_size_from_env(), None);
+/// }
+/// ```
+pub fn local_size_from_env() -> Option<usize> {
+    [
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+        "MPI_LOCALNRANKS",
+        "LOCAL_WORLD_SIZE",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+}
+
+/// Whether this process was started by an MPI launcher (`mpirun`/`mpiexec` of Open MPI or
+/// MPICH, or Slurm's `srun` with PMI): one of `OMPI_COMM_WORLD_SIZE`, `PMI_SIZE`,
+/// `PMIX_RANK` is set. `atomrl-train` then trains with one rank per process.
+///
+/// ```
+/// if std::env::var_os("OMPI_COMM_WORLD_SIZE").is_none()
+///     && std::env::var_os("PMI_SIZE").is_none()
+///     && std::env::var_os("PMIX_RANK").is_none()
+/// {
+///     assert!(!atomrl_dist::launched_by_mpi());
+/// }
+/// ```
+pub fn launched_by_mpi() -> bool {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
 }
 
 /// The environment variables [`local_rank_from_env`] reads, in order.

@@ -174,6 +174,32 @@ impl MpiCollective {
         self.max_message = elems.clamp(1, Count::MAX as usize);
     }
 
+    /// Makes a panic on any thread of this process end the whole job: after the usual panic
+    /// message, `MPI_Abort(MPI_COMM_WORLD, code)`, so the other ranks do not wait forever in
+    /// their next collective. (Unwinding out of `main` alone would leave them blocked: MPI
+    /// cannot wake a peer blocked on a rank that silently disappeared before finalising.)
+    ///
+    /// ```no_run
+    /// let comm = atomrl_dist::MpiCollective::init()?;
+    /// comm.abort_on_panic(101);
+    /// # Ok::<(), atomrl_dist::DistError>(())
+    /// ```
+    pub fn abort_on_panic(&self, code: i32) {
+        let rank = self.rank;
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            previous(info);
+            eprintln!("rank {rank}: panic: aborting the MPI job");
+            #[allow(unsafe_code)]
+            // SAFETY: MPI is initialised (this hook is installed by a live MpiCollective) and
+            // MPI_Abort on the world communicator may be called from any thread to end the job:
+            // it does not return and touches no Rust state.
+            unsafe {
+                mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, code);
+            }
+        }));
+    }
+
     fn comm(&self) -> SimpleCommunicator {
         self.universe.world()
     }

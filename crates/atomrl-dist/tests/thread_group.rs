@@ -159,12 +159,16 @@ fn all_gather_and_barrier() {
             m.barrier()?;
             let local = vec![m.rank() as f64; m.rank() + 1];
             let g = m.all_gather_f64(&local)?;
+            let bytes = m.all_gather_bytes(&vec![m.rank() as u8; m.rank()])?;
             m.barrier()?;
-            Ok::<_, DistError>(g)
+            Ok::<_, DistError>((g, bytes))
         });
         let expected: Vec<Vec<f64>> = (0..w).map(|r| vec![r as f64; r + 1]).collect();
+        let expected_bytes: Vec<Vec<u8>> = (0..w).map(|r| vec![r as u8; r]).collect();
         for g in results {
-            assert_eq!(g.unwrap(), expected);
+            let (g, bytes) = g.unwrap();
+            assert_eq!(g, expected);
+            assert_eq!(bytes, expected_bytes);
         }
     }
 }

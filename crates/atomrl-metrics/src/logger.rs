@@ -63,6 +63,13 @@ const PREVIEW_CHARS: usize = 160;
 #[derive(Debug)]
 pub struct MetricsLogger {
     output_dir: PathBuf,
+    /// The files and the progress output; `None` for a [`MetricsLogger::disabled`] logger.
+    outputs: Option<Outputs>,
+}
+
+/// What an enabled logger writes to.
+#[derive(Debug)]
+struct Outputs {
     metrics: JsonlWriter,
     samples: JsonlWriter,
     tensorboard: TensorBoardWriter,
@@ -97,11 +104,33 @@ impl MetricsLogger {
         let progress = Progress::new(total_steps, resume_after_step.unwrap_or(0), show_progress);
         Ok(Self {
             output_dir: output_dir.to_path_buf(),
-            metrics,
-            samples,
-            tensorboard,
-            progress,
+            outputs: Some(Outputs {
+                metrics,
+                samples,
+                tensorboard,
+                progress,
+            }),
         })
+    }
+
+    /// A logger that writes and prints nothing: what every data-parallel rank but rank 0
+    /// holds, so that one process alone writes a run's files and progress. Its paths are
+    /// those rank 0's logger writes.
+    ///
+    /// ```
+    /// use atomrl_metrics::{MetricRow, MetricsLogger};
+    /// let dir = std::env::temp_dir().join(format!("atomrl-doc-disabled-{}", std::process::id()));
+    /// let mut logger = MetricsLogger::disabled(&dir);
+    /// logger.log(&MetricRow::new(1).with("loss", 0.5))?;
+    /// assert!(logger.finish()?.is_empty());
+    /// assert!(!dir.exists());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn disabled(output_dir: &Path) -> Self {
+        Self {
+            output_dir: output_dir.to_path_buf(),
+            outputs: None,
+        }
     }
 
     /// Logs one step: appends the row to `metrics.jsonl`, writes its finite values as
@@ -113,9 +142,12 @@ impl MetricsLogger {
     /// # Example
     /// See [`MetricsLogger`].
     pub fn log(&mut self, row: &MetricRow) -> Result<()> {
-        self.metrics.write(row)?;
-        self.tensorboard.add_scalars(row)?;
-        self.progress.update(row);
+        let Some(o) = &mut self.outputs else {
+            return Ok(());
+        };
+        o.metrics.write(row)?;
+        o.tensorboard.add_scalars(row)?;
+        o.progress.update(row);
         Ok(())
     }
 
@@ -130,7 +162,8 @@ impl MetricsLogger {
     /// # Example
     /// See [`MetricsLogger`].
     pub fn log_samples(&mut self, step: u64, samples: &[(String, String, f64)]) -> Result<()> {
-        let Some((prompt, completion, reward)) = samples.first() else {
+        let (Some(o), Some((prompt, completion, reward))) = (&mut self.outputs, samples.first())
+        else {
             return Ok(());
         };
         for (index, (prompt, completion, reward)) in samples.iter().enumerate() {
@@ -141,11 +174,11 @@ impl MetricsLogger {
             map.insert("completion".into(), Value::from(completion.as_str()));
             let reward = Number::from_f64(*reward).map_or(Value::Null, Value::Number);
             map.insert("reward".into(), reward);
-            self.samples.write_line(&Value::Object(map).to_string())?;
+            o.samples.write_line(&Value::Object(map).to_string())?;
         }
-        self.tensorboard
+        o.tensorboard
             .add_text(step, SAMPLES_TAG, &samples_markdown(samples))?;
-        self.progress.println(format!(
+        o.progress.println(format!(
             "step {step} sample (reward {reward:.3}): {} => {}",
             preview(prompt),
             preview(completion)
@@ -162,8 +195,11 @@ impl MetricsLogger {
     /// # Example
     /// See [`MetricsLogger`].
     pub fn finish(&self) -> Result<Vec<PathBuf>> {
-        self.progress.finish();
-        let rows = read_metrics(self.metrics.path())?;
+        let Some(o) = &self.outputs else {
+            return Ok(Vec::new());
+        };
+        o.progress.finish();
+        let rows = read_metrics(o.metrics.path())?;
         write_charts(&rows, &self.output_dir.join(CHARTS_DIR))
     }
 
@@ -183,7 +219,9 @@ impl MetricsLogger {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn flush(&mut self) -> Result<()> {
-        self.tensorboard.flush()
+        self.outputs
+            .as_mut()
+            .map_or(Ok(()), |o| o.tensorboard.flush())
     }
 
     /// Prints a message above the progress bar (see [`Progress::println`]).
@@ -199,7 +237,9 @@ impl MetricsLogger {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn println(&self, msg: impl AsRef<str>) {
-        self.progress.println(msg);
+        if let Some(o) = &self.outputs {
+            o.progress.println(msg);
+        }
     }
 
     /// Prints a warning without breaking the progress bar: above the bar when one is shown,
@@ -216,7 +256,9 @@ impl MetricsLogger {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn warn(&self, msg: impl AsRef<str>) {
-        self.progress.warn(msg);
+        if let Some(o) = &self.outputs {
+            o.progress.warn(msg);
+        }
     }
 
     /// The output folder.
@@ -241,16 +283,20 @@ impl MetricsLogger {
     ///
     /// # Example
     /// See [`MetricsLogger::output_dir`].
-    pub fn metrics_path(&self) -> &Path {
-        self.metrics.path()
+    pub fn metrics_path(&self) -> PathBuf {
+        self.output_dir.join(METRICS_FILE)
     }
 
-    /// The TensorBoard event file of this process.
+    /// The TensorBoard event file of this process (the TensorBoard folder for a
+    /// [`disabled`](MetricsLogger::disabled) logger).
     ///
     /// # Example
     /// See [`MetricsLogger::output_dir`].
-    pub fn tensorboard_path(&self) -> &Path {
-        self.tensorboard.path()
+    pub fn tensorboard_path(&self) -> PathBuf {
+        self.outputs.as_ref().map_or_else(
+            || self.output_dir.join(TENSORBOARD_DIR),
+            |o| o.tensorboard.path().to_path_buf(),
+        )
     }
 }
 

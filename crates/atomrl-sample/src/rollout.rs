@@ -14,7 +14,7 @@ use candle_core::Tensor;
 /// assert_eq!("eos".parse::<FinishReason>()?, FinishReason::Eos);
 /// # Ok::<(), atomrl_core::Error>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum FinishReason {
     /// A token of [`SamplingParams::stop_token_ids`](crate::SamplingParams::stop_token_ids)
     /// was sampled (it is the last token of the completion, inside the mask).

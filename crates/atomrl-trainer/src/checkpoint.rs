@@ -35,6 +35,14 @@ pub struct TrainerState {
     pub eval_accuracy: Option<f64>,
     /// The recipe, for information.
     pub recipe: Recipe,
+    /// Data-parallel processes (MPI ranks) of the run; a resume must use as many, since the
+    /// shards and the sampling seeds follow from it. 1 in checkpoints from before it was kept.
+    #[serde(default = "one")]
+    pub world_size: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// Writes `output_dir/checkpoint-{state.step}` atomically: the model (HF folder, or PEFT adapter

@@ -11,6 +11,11 @@
 //! evaluation split the same way (a GRPO step of the example: 0.46 s on one worker, 0.27 s on
 //! two).
 //! Results are combined in shard order, so a run is deterministic for a given worker count.
+//!
+//! Across processes (`mpirun -np N atomrl-train`, an [`atomrl_dist::Collective`] of `N`
+//! ranks), each rank runs `workers` of the `N × workers` shards with the same rule, and the
+//! ranks combine their results in rank order: `N` ranks of one worker compute exactly what
+//! one process of `N` workers does (docs/distributed.md).
 
 use std::ops::Range;
 
@@ -38,6 +43,11 @@ pub fn split_even(n: usize, parts: usize) -> Vec<Range<usize>> {
         })
         .filter(|r| !r.is_empty())
         .collect()
+}
+
+/// A failed collective operation as this crate's error, naming `func`.
+pub(crate) fn dist_error(func: &str, e: atomrl_dist::DistError) -> Error {
+    Error::value(func, "collective", "every rank to take part", e)
 }
 
 /// Runs `f(shard)` for every shard `0..shards`, each on its own scoped thread (the current

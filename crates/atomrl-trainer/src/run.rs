@@ -1,6 +1,9 @@
 //! Running a configured recipe end to end (what `atomrl-train` and the examples call).
 
-use atomrl_core::Result;
+use std::rc::Rc;
+
+use atomrl_core::{DeviceSpec, Result};
+use atomrl_dist::{Collective, SingleProcess};
 
 use crate::config::{build_rewards, GRPOArgs, Recipe};
 use crate::grpo::{GRPOTrainer, TrainSummary};
@@ -10,24 +13,45 @@ use crate::runtime::{load_policy, set_threads};
 ///
 /// # Errors
 /// Anything the run can fail on: files, devices, data, tensor operations.
-pub fn run_recipe(mut args: GRPOArgs) -> Result<TrainSummary> {
-    plan_cpu(&mut args);
+pub fn run_recipe(args: GRPOArgs) -> Result<TrainSummary> {
+    run_recipe_with(args, Rc::new(SingleProcess))
+}
+
+/// [`run_recipe`] as one rank of a data-parallel run over `comm` (see
+/// [`crate::Trainer::with_collective`]): the CPU plan shares this node's cores between its
+/// ranks ([`atomrl_dist::local_size_from_env`]), and `device = "cuda"` (no index) becomes
+/// `cuda:LOCAL_RANK` ([`atomrl_dist::local_rank_from_env`]).
+///
+/// # Errors
+/// As [`run_recipe`], and a failed collective.
+pub fn run_recipe_with(mut args: GRPOArgs, comm: Rc<dyn Collective>) -> Result<TrainSummary> {
+    let ranks_here = if comm.world_size() > 1 {
+        atomrl_dist::local_size_from_env().unwrap_or(1)
+    } else {
+        1
+    };
+    if args.device == DeviceSpec::Cuda(None) && comm.world_size() > 1 {
+        args.device = DeviceSpec::Cuda(atomrl_dist::local_rank_from_env());
+    }
+    plan_cpu(&mut args, ranks_here);
     set_threads(args.threads);
     let device = args.device.open()?;
     let (model, tokenizer) = load_policy(&args, &device)?;
-    match args.recipe {
-        Recipe::Sft => crate::grpo::Trainer::sft(args, model, tokenizer)?.train(),
+    let trainer = match args.recipe {
+        Recipe::Sft => crate::grpo::Trainer::sft(args, model, tokenizer)?,
         Recipe::Grpo | Recipe::Dapo => {
             let rewards = build_rewards(&args)?;
-            GRPOTrainer::new(args, model, tokenizer, rewards)?.train()
+            GRPOTrainer::new(args, model, tokenizer, rewards)?
         }
-    }
+    };
+    trainer.with_collective(comm).train()
 }
 
 /// Fills in `threads` and `workers` left at 0 for a CPU run, from the model's size (read from
-/// its `config.json`, before any tensor work: candle sizes its thread pools once). A model
+/// its `config.json`, before any tensor work: candle sizes its thread pools once) and this
+/// process's share of the cores (`ranks_here` processes of the run on this node). A model
 /// that cannot be read yet is left to [`load_policy`] to report.
-fn plan_cpu(args: &mut GRPOArgs) {
+fn plan_cpu(args: &mut GRPOArgs, ranks_here: usize) {
     if !args.device.is_cpu() || (args.threads > 0 && args.workers > 0) {
         return;
     }
@@ -36,7 +60,9 @@ fn plan_cpu(args: &mut GRPOArgs) {
         .and_then(|dir| atomrl_model::ModelConfig::from_file(dir.join("config.json")).ok())
         .map(|c| c.num_parameters());
     if let Some(params) = params {
-        let plan = crate::runtime::apply_cpu_plan(params, args.threads, args.workers);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = (cores / ranks_here.max(1)).max(1);
+        let plan = crate::runtime::cpu_plan_for(params, cores, args.threads, args.workers);
         println!(
             "CPU plan: {} worker(s) of {} thread(s) for {:.1} M parameters",
             plan.workers,

@@ -148,6 +148,7 @@ impl RecipeStep for SftStep {
             &mut t.optimizer,
             &batch,
             settings,
+            t.comm.as_ref(),
             inject_nan,
             |mb, _| micro_loss(model, mb, total_tokens),
         )?;

@@ -68,6 +68,7 @@ fn update(
         reference: None,
         params: &params,
         args: &args,
+        comm: &atomrl_dist::SingleProcess,
     };
     let stats = policy_update(&ctx, &mut opt, batch, 1e-2).unwrap();
     (stats, m)
@@ -201,6 +202,7 @@ fn a_flat_step_is_a_zero_gradient_adamw_step() {
         reference: None,
         params: &params,
         args: &args,
+        comm: &atomrl_dist::SingleProcess,
     };
     let lr = 1e-2;
     policy_update(&ctx, &mut opt, &batch(), lr).unwrap();

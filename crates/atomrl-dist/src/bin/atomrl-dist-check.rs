@@ -119,8 +119,18 @@ fn check(comm: &dyn Collective) -> Result<String, String> {
         format!("all_gather_f64: got {gathered:?}")
     })?;
 
+    let records = comm
+        .all_gather_bytes(format!("rank {rank}").repeat(rank).as_bytes())
+        .map_err(e)?;
+    let expected: Vec<Vec<u8>> = (0..w)
+        .map(|r| format!("rank {r}").repeat(r).into_bytes())
+        .collect();
+    ensure(records == expected, || {
+        format!("all_gather_bytes: got {} records", records.len())
+    })?;
+
     comm.barrier().map_err(e)?;
-    Ok("all_reduce_sum_f32/f64 (bit-exact rank order), broadcast_f32/bytes from every root, all_gather_f64, barrier: ok".into())
+    Ok("all_reduce_sum_f32/f64 (bit-exact rank order), broadcast_f32/bytes from every root, all_gather_f64/bytes, barrier: ok".into())
 }
 
 /// Times `all_reduce_sum_f32` of each of [`BENCH_SIZES`]; rank 0's lines.

@@ -8,7 +8,8 @@ use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 
 use crate::optim::{AdamW, Gradients};
-use crate::parallel::{run_shards, split_even};
+use crate::parallel::{dist_error, run_shards, split_even};
+use atomrl_dist::{Collective, SingleProcess};
 use atomrl_logprob::TrainingBatch;
 
 /// How an update went.
@@ -27,13 +28,29 @@ pub struct StepOutcome {
 pub struct StepSettings {
     /// Micro-batches per update (per worker).
     pub accumulation: usize,
-    /// Data-parallel workers: each wave of `workers` micro-batches runs at once on its own
-    /// threads (see [`crate::parallel`]).
+    /// Data-parallel workers of this process: each runs its share of the micro-batches on its
+    /// own thread (see [`crate::parallel`]).
     pub workers: usize,
     /// Gradient-norm clipping threshold (0 = off).
     pub max_grad_norm: f64,
     /// Learning rate of this update.
     pub lr: f64,
+}
+
+/// Statistics a micro-batch reports besides its loss (the `T` of [`accumulate_and_step`]),
+/// sent between data-parallel ranks as a few `f64`s.
+pub trait MicroStatistics: Send + Sized {
+    /// The statistics as numbers.
+    fn to_f64s(&self) -> Vec<f64>;
+    /// The statistics back from [`to_f64s`](MicroStatistics::to_f64s).
+    fn from_f64s(values: &[f64]) -> Self;
+}
+
+impl MicroStatistics for () {
+    fn to_f64s(&self) -> Vec<f64> {
+        Vec::new()
+    }
+    fn from_f64s(_: &[f64]) -> Self {}
 }
 
 /// The function errors name.
@@ -53,61 +70,88 @@ enum Micro<T> {
     },
 }
 
+/// What a micro-batch reports to every rank: `None` when its inputs were not finite, else
+/// its loss and statistics.
+type Report<T> = Option<(f64, T)>;
+
 /// Splits `batch` into `accumulation × workers` micro-batches, sums their gradients
 /// (`micro_loss(mb, first_row)` gives each micro-batch's loss, already divided by the global
 /// normaliser, with any statistics `T` the caller wants back; `Ok(None)` means its inputs
 /// were not finite), clips the global norm and applies AdamW — unless the loss or the norm is
 /// not finite, in which case nothing is updated and the reason is returned. Micro-batches
 /// without a scored token are skipped (they add 0); when no micro-batch has one, the
-/// optimizer still steps, with a zero gradient ([`zero_gradient_step`]). The micro-batches of one wave run on
-/// `workers` threads; gradients are summed in micro-batch order, so the update does not
-/// depend on thread timing.
+/// optimizer still steps, with a zero gradient ([`zero_gradient_step`]). Worker `w` runs
+/// micro-batches `w, w + workers, …` on its own thread and sums their gradients in that
+/// order; the workers' sums are then added in worker order, so the update does not depend on
+/// thread timing. The loss and the statistics come back in micro-batch order.
 ///
 /// # Errors
 /// Tensor failures.
-pub fn accumulate_and_step<T: Send>(
+pub fn accumulate_and_step<T: MicroStatistics>(
     params: &[(String, Var)],
     optimizer: &mut AdamW,
     batch: &TrainingBatch,
     settings: StepSettings,
     micro_loss: impl Fn(&TrainingBatch, usize) -> Result<Option<(Tensor, T)>> + Sync,
 ) -> Result<(StepOutcome, Vec<T>)> {
-    accumulate_and_step_hooked(params, optimizer, batch, settings, false, micro_loss)
+    let comm = SingleProcess;
+    accumulate_and_step_hooked(params, optimizer, batch, settings, &comm, false, micro_loss)
 }
 
-/// [`accumulate_and_step`], with the loss made NaN when `inject_nan` (the trainer's test hook
-/// for the guard, feature `test-hooks`).
-pub(crate) fn accumulate_and_step_hooked<T: Send>(
+/// [`accumulate_and_step`] over the ranks of `comm` (every rank holds the same `batch`; the
+/// micro-batches are split over `workers × W` workers, rank `r` running workers
+/// `r·workers ..`; the gradients are summed over ranks in rank order and every rank applies
+/// the same update), with the loss made NaN when `inject_nan` (the trainer's test hook for
+/// the guard, feature `test-hooks`).
+pub(crate) fn accumulate_and_step_hooked<T: MicroStatistics>(
     params: &[(String, Var)],
     optimizer: &mut AdamW,
     batch: &TrainingBatch,
     settings: StepSettings,
+    comm: &dyn Collective,
     inject_nan: bool,
     micro_loss: impl Fn(&TrainingBatch, usize) -> Result<Option<(Tensor, T)>> + Sync,
 ) -> Result<(StepOutcome, Vec<T>)> {
     let workers = settings.workers.max(1);
-    let chunks = split_even(batch.num_rows(), settings.accumulation.max(1) * workers);
-    let mut grads = Gradients::new();
-    let mut outcome = StepOutcome::default();
-    let mut extras = Vec::new();
-    for wave in chunks.chunks(workers) {
-        let results = run_shards(FUNC, wave.len(), |i| {
-            micro_backward(batch, &wave[i], inject_nan, &micro_loss)
-        })?;
-        for result in results {
-            match result {
+    let shards = workers * comm.world_size();
+    let first = workers * comm.rank();
+    let chunks = split_even(batch.num_rows(), settings.accumulation.max(1) * shards);
+    let per_worker = run_shards(FUNC, workers, |w| {
+        let mut grads = Gradients::new();
+        let mut reports = Vec::new();
+        for c in (first + w..chunks.len()).step_by(shards) {
+            match micro_backward(batch, &chunks[c], inject_nan, &micro_loss)? {
                 Micro::Empty => {}
                 Micro::NonFinite => {
-                    outcome.skipped = Some("non-finite log-probs".into());
-                    return Ok((outcome, extras));
+                    reports.push((c, None));
+                    break;
                 }
                 Micro::Done { store, loss, extra } => {
                     grads.accumulate(&store, params)?;
-                    outcome.loss += loss;
-                    extras.push(extra);
+                    reports.push((c, Some((loss, extra))));
                 }
             }
         }
+        Ok((grads, reports))
+    })?;
+    let mut grads = Gradients::new();
+    let mut reports = Vec::new();
+    for (g, r) in per_worker {
+        grads.add(g)?;
+        reports.extend(r);
+    }
+    let mut outcome = StepOutcome::default();
+    let mut extras = Vec::new();
+    for (_, report) in exchange_reports(comm, reports)? {
+        let Some((loss, extra)) = report else {
+            outcome.skipped = Some("non-finite log-probs".into());
+            return Ok((outcome, extras));
+        };
+        outcome.loss += loss;
+        extras.push(extra);
+    }
+    if !extras.is_empty() {
+        grads.all_reduce_sum(params, comm)?;
     }
     outcome.grad_norm = grads.clip_global_norm(settings.max_grad_norm)?;
     if !outcome.loss.is_finite() || !outcome.grad_norm.is_finite() {
@@ -123,6 +167,48 @@ pub(crate) fn accumulate_and_step_hooked<T: Send>(
         optimizer.step(&|name| grads.get(name), settings.lr)?;
     }
     Ok((outcome, extras))
+}
+
+/// Every rank's micro-batch reports, in micro-batch order (one all-gather of a few numbers
+/// per micro-batch; none for a single process).
+fn exchange_reports<T: MicroStatistics>(
+    comm: &dyn Collective,
+    mut local: Vec<(usize, Report<T>)>,
+) -> Result<Vec<(usize, Report<T>)>> {
+    if comm.world_size() > 1 {
+        let mut flat = Vec::new();
+        for (c, report) in &local {
+            let values = report
+                .as_ref()
+                .map(|(loss, extra)| [vec![*loss], extra.to_f64s()].concat());
+            flat.push(*c as f64);
+            flat.push(values.as_ref().map_or(-1.0, |v| v.len() as f64));
+            flat.extend(values.into_iter().flatten());
+        }
+        let gathered = comm
+            .all_gather_f64(&flat)
+            .map_err(|e| dist_error(FUNC, e))?;
+        local = gathered.iter().flat_map(|v| decode_reports(v)).collect();
+    }
+    local.sort_by_key(|(c, _)| *c);
+    Ok(local)
+}
+
+/// The reports [`exchange_reports`] encoded: `chunk, n, values[n]` each (`n = -1`: not
+/// finite).
+fn decode_reports<T: MicroStatistics>(mut v: &[f64]) -> Vec<(usize, Report<T>)> {
+    let mut out = Vec::new();
+    while let [c, n, rest @ ..] = v {
+        let n = if *n < 0.0 { None } else { Some(*n as usize) };
+        let len = n.unwrap_or(0).min(rest.len());
+        let report = n.map(|_| match &rest[..len] {
+            [loss, extra @ ..] => (*loss, T::from_f64s(extra)),
+            [] => (f64::NAN, T::from_f64s(&[])),
+        });
+        out.push((*c as usize, report));
+        v = &rest[len..];
+    }
+    out
 }
 
 /// The loss and backward pass of the micro-batch of `batch`'s rows `range` (see

@@ -7,7 +7,8 @@ use atomrl_sample::{generate_rows, ChatTokenizer, SamplingParams, ToolUse};
 
 use super::prompt::PromptEncoder;
 use crate::data::Example;
-use crate::parallel::{run_shards, split_even};
+use crate::parallel::{dist_error, run_shards, split_even};
+use atomrl_dist::{Collective, SingleProcess};
 
 /// Prompts per generation call during evaluation.
 const EVAL_BATCH: usize = 64;
@@ -65,40 +66,79 @@ pub fn evaluate_sharded(
     workers: usize,
     tools: Option<ToolUse<'_>>,
 ) -> Result<EvalResult> {
-    let shards = split_even(examples.len(), workers);
-    let parts = run_shards("evaluate", shards.len(), |s| {
-        score_greedy(
-            model,
-            tokenizer,
-            encoder,
-            &examples[shards[s].clone()],
-            max_new_tokens,
-            tools,
-        )
+    let data = EvalData {
+        model,
+        tokenizer,
+        encoder,
+        examples,
+        max_new_tokens,
+        tools,
+    };
+    evaluate_distributed(&data, workers, &SingleProcess)
+}
+
+/// What an evaluation decodes and scores.
+pub(crate) struct EvalData<'a> {
+    pub(crate) model: &'a CausalLm,
+    pub(crate) tokenizer: &'a ChatTokenizer,
+    pub(crate) encoder: &'a PromptEncoder,
+    pub(crate) examples: &'a [Example],
+    pub(crate) max_new_tokens: usize,
+    pub(crate) tools: Option<ToolUse<'a>>,
+}
+
+/// [`evaluate_sharded`] over the ranks of `comm`: the examples split into `workers × W`
+/// shards, rank `r` decoding shards `r·workers ..`; the shards' counts are all-gathered and
+/// summed in shard order, so every rank gets the result one process of `workers × W`
+/// workers computes (its samples come from this rank's shards).
+pub(crate) fn evaluate_distributed(
+    d: &EvalData<'_>,
+    workers: usize,
+    comm: &dyn Collective,
+) -> Result<EvalResult> {
+    let workers = workers.max(1);
+    let shards = split_even(d.examples.len(), workers * comm.world_size());
+    let mine: Vec<usize> = (0..shards.len())
+        .filter(|s| s / workers == comm.rank())
+        .collect();
+    let parts = run_shards("evaluate", mine.len(), |i| {
+        score_greedy(d, &d.examples[shards[mine[i]].clone()])
     })?;
     let mut total = Tally::default();
-    for p in parts {
-        total.correct += p.correct;
-        total.formatted += p.formatted;
-        total.length += p.length;
-        total.calls += p.calls;
-        total.failed_calls += p.failed_calls;
+    for p in &parts {
         total.samples.extend(
             p.samples
-                .into_iter()
-                .take(3usize.saturating_sub(total.samples.len())),
+                .iter()
+                .take(3usize.saturating_sub(total.samples.len()))
+                .cloned(),
         );
     }
-    let n = examples.len().max(1) as f64;
+    let counts: Vec<f64> = parts.iter().flat_map(Tally::counts).collect();
+    let all = if comm.world_size() > 1 {
+        let gathered = comm
+            .all_gather_f64(&counts)
+            .map_err(|e| dist_error("evaluate", e))?;
+        gathered.concat()
+    } else {
+        counts
+    };
+    for c in all.chunks_exact(5) {
+        total.correct += c[0];
+        total.formatted += c[1];
+        total.length += c[2];
+        total.calls += c[3];
+        total.failed_calls += c[4];
+    }
+    let n = d.examples.len().max(1) as f64;
     Ok(EvalResult {
         accuracy: total.correct / n,
         format_rate: total.formatted / n,
         mean_length: total.length / n,
-        count: examples.len(),
+        count: d.examples.len(),
         samples: total.samples,
         loss: None,
-        tool_calls: tools.map(|_| total.calls / n),
-        tool_error_rate: tools.map(|_| total.failed_calls / total.calls.max(1.0)),
+        tool_calls: d.tools.map(|_| total.calls / n),
+        tool_error_rate: d.tools.map(|_| total.failed_calls / total.calls.max(1.0)),
     })
 }
 
@@ -113,18 +153,25 @@ struct Tally {
     samples: Vec<(String, String, f64)>,
 }
 
-fn score_greedy(
-    model: &CausalLm,
-    tokenizer: &ChatTokenizer,
-    encoder: &PromptEncoder,
-    examples: &[Example],
-    max_new_tokens: usize,
-    tools: Option<ToolUse<'_>>,
-) -> Result<Tally> {
+impl Tally {
+    /// The counts, in the order [`evaluate_distributed`] sums them.
+    fn counts(&self) -> [f64; 5] {
+        [
+            self.correct,
+            self.formatted,
+            self.length,
+            self.calls,
+            self.failed_calls,
+        ]
+    }
+}
+
+fn score_greedy(d: &EvalData<'_>, examples: &[Example]) -> Result<Tally> {
+    let (model, tokenizer, encoder) = (d.model, d.tokenizer, d.encoder);
     let view = model.detached();
     let params = SamplingParams {
         num_generations: 1,
-        max_new_tokens,
+        max_new_tokens: d.max_new_tokens,
         temperature: 0.0,
         stop_token_ids: tokenizer.eos_token_ids(),
         ..Default::default()
@@ -136,7 +183,7 @@ fn score_greedy(
             .map(|e| encoder.encode(tokenizer, e))
             .collect::<Result<Vec<_>>>()?;
         let ids: Vec<Vec<u32>> = prompts.iter().map(|p| p.ids.clone()).collect();
-        let (rows, _) = generate_rows(&view, tokenizer, &ids, &params, tools)?;
+        let (rows, _) = generate_rows(&view, tokenizer, &ids, &params, d.tools)?;
         for ((example, row), prompt) in chunk.iter().zip(&rows).zip(&prompts) {
             let text = &row.answer;
             let score = correctness_score(text, &example.ground_truth, &Default::default()) as f64;

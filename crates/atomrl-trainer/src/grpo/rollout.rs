@@ -2,7 +2,8 @@
 //! sampling) keep only groups whose rewards differ, generating more until the batch is full.
 
 use atomrl_advantage::filter_groups;
-use atomrl_core::{CandleContext, Result};
+use atomrl_core::{CandleContext, Error, Result};
+use atomrl_dist::{Collective, SingleProcess};
 use atomrl_model::CausalLm;
 use atomrl_reward::{correctness_score, RewardContext, Trajectory, WeightedRewards};
 use atomrl_sample::{generate_rows, ChatTokenizer, FinishReason, SamplingParams, ToolUse};
@@ -10,10 +11,11 @@ use candle_core::Tensor;
 
 use super::prompt::EncodedPrompt;
 use crate::data::SplitMix64;
-use crate::parallel::{run_shards, split_even};
+use crate::parallel::{dist_error, run_shards, split_even};
 
-/// One completion with everything the update and the metrics need.
-#[derive(Debug, Clone)]
+/// One completion with everything the update and the metrics need. Serialisable (floats as
+/// their bits, so that they cross between data-parallel ranks exactly).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct RolloutRow {
     /// Prompt token ids (unpadded).
     pub prompt_ids: Vec<u32>,
@@ -33,10 +35,13 @@ pub struct RolloutRow {
     /// Why generation stopped.
     pub finish_reason: FinishReason,
     /// Weighted total reward.
+    #[serde(with = "f64_bits")]
     pub reward: f64,
     /// Each reward function's unweighted score, in the order of `WeightedRewards::names`.
+    #[serde(with = "f64_bits::vec")]
     pub rewards_per_fn: Vec<f64>,
     /// 1 when the answer is right (correctness reward, default options), else 0.
+    #[serde(with = "f64_bits")]
     pub correct: f64,
 }
 
@@ -141,14 +146,40 @@ pub fn generate_group_rows_sharded(
     ground_truth: &[String],
     workers: usize,
 ) -> Result<(Vec<RolloutRow>, usize)> {
-    let shards = split_even(prompts.len(), workers);
-    if shards.len() <= 1 {
-        return generate_group_rows(ctx, prompts, ground_truth);
-    }
-    let parts = run_shards("rollout", shards.len(), |s| {
-        let range = shards[s].clone();
+    generate_group_rows_distributed(ctx, prompts, ground_truth, workers, &SingleProcess)
+}
+
+/// [`generate_group_rows_sharded`] over the ranks of `comm`: the prompts are split into
+/// `workers × W` shards (the shard and seed rule of `workers × W` in-process workers); rank
+/// `r` generates and scores shards `r·workers .. (r+1)·workers` on its workers, and every
+/// rank gets every rank's rows, in prompt order (an all-gather of the serialised rows, small
+/// next to the generation), so that the groups kept, the advantages and the metrics are
+/// computed identically on every rank.
+///
+/// # Errors
+/// As [`generate_group_rows`]; a failed collective.
+pub fn generate_group_rows_distributed(
+    ctx: &RolloutContext<'_>,
+    prompts: &[EncodedPrompt],
+    ground_truth: &[String],
+    workers: usize,
+    comm: &dyn Collective,
+) -> Result<(Vec<RolloutRow>, usize)> {
+    let workers = workers.max(1);
+    let shards = split_even(prompts.len(), workers * comm.world_size());
+    let mine: Vec<usize> = (0..shards.len())
+        .filter(|s| s / workers == comm.rank())
+        .collect();
+    let parts = run_shards("rollout", mine.len(), |i| {
+        let range = shards[mine[i]].clone();
+        // A single shard keeps the step's seed: one worker samples what it always did.
+        let seed = if shards.len() > 1 {
+            SplitMix64::derive(ctx.params.seed, mine[i] as u64).next_u64()
+        } else {
+            ctx.params.seed
+        };
         let params = SamplingParams {
-            seed: SplitMix64::derive(ctx.params.seed, s as u64).next_u64(),
+            seed,
             ..ctx.params.clone()
         };
         let shard_ctx = RolloutContext {
@@ -163,7 +194,62 @@ pub fn generate_group_rows_sharded(
         rows.extend(r);
         tokens += t;
     }
+    if comm.world_size() > 1 {
+        return exchange_rows(comm, &rows, tokens);
+    }
     Ok((rows, tokens))
+}
+
+/// Every rank's rows and generated-token count, concatenated in rank order.
+fn exchange_rows(
+    comm: &dyn Collective,
+    rows: &[RolloutRow],
+    tokens: usize,
+) -> Result<(Vec<RolloutRow>, usize)> {
+    let func = "rollout";
+    let local = serde_json::to_vec(&(rows, tokens))
+        .map_err(|e| Error::value(func, "rows", "serialisable rollout rows", e))?;
+    let gathered = comm
+        .all_gather_bytes(&local)
+        .map_err(|e| dist_error(func, e))?;
+    let mut all = Vec::new();
+    let mut total = 0;
+    for (rank, bytes) in gathered.iter().enumerate() {
+        let (r, t): (Vec<RolloutRow>, usize) = serde_json::from_slice(bytes)
+            .map_err(|e| Error::value(func, "rows", format!("rank {rank}'s rollout rows"), e))?;
+        all.extend(r);
+        total += t;
+    }
+    Ok((all, total))
+}
+
+/// Serde of `f64` as its IEEE-754 bits: exact, and NaN/Inf survive (JSON has neither).
+mod f64_bits {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        v.to_bits().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        u64::deserialize(d).map(f64::from_bits)
+    }
+
+    /// The same for a `Vec<f64>`.
+    pub mod vec {
+        use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+        pub fn serialize<S: Serializer>(v: &[f64], s: S) -> Result<S::Ok, S::Error> {
+            v.iter()
+                .map(|x| x.to_bits())
+                .collect::<Vec<_>>()
+                .serialize(s)
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+            Vec::<u64>::deserialize(d).map(|v| v.into_iter().map(f64::from_bits).collect())
+        }
+    }
 }
 
 /// Adds one round's rows to `acc`: all groups, or (dynamic sampling) only groups whose rewards

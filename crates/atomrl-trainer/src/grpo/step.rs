@@ -10,7 +10,7 @@ use atomrl_reward::WeightedRewards;
 use atomrl_sample::{FinishReason, SamplingParams};
 use candle_core::{Device, Tensor};
 
-use super::rollout::{add_round, generate_group_rows_sharded, RolloutContext, Rollouts};
+use super::rollout::{add_round, generate_group_rows_distributed, RolloutContext, Rollouts};
 use super::trainer::Trainer;
 use super::update::{policy_update_hooked, UpdateContext, UpdateStats};
 use crate::config::GRPOArgs;
@@ -131,7 +131,13 @@ impl GrpoStep {
                 rewards: &self.rewards,
                 tools: t.tool_use(),
             };
-            let (rows, tokens) = generate_group_rows_sharded(&ctx, &prompts, &truth, a.workers)?;
+            let (rows, tokens) = generate_group_rows_distributed(
+                &ctx,
+                &prompts,
+                &truth,
+                a.workers,
+                t.comm.as_ref(),
+            )?;
             rollouts.generated_tokens += tokens;
             add_round(&mut rollouts, rows, g, a.dynamic_sampling, a.batch_size)?;
             if rollouts.rows.len() >= a.batch_size * g {
@@ -192,6 +198,7 @@ impl GrpoStep {
             reference: self.reference.as_ref(),
             params: &t.params,
             args: &t.args,
+            comm: t.comm.as_ref(),
         };
         policy_update_hooked(&uctx, &mut t.optimizer, &batch, lr, inject)
     }

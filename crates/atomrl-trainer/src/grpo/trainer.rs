@@ -1,15 +1,17 @@
 //! `GRPOTrainer`: the GRPO / DAPO loop with checkpoints, exact resume, metrics and evaluation.
 
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::Instant;
 
 use atomrl_core::{Error, Result};
+use atomrl_dist::{Collective, SingleProcess};
 use atomrl_model::CausalLm;
 use atomrl_reward::WeightedRewards;
 use atomrl_sample::{ChatTokenizer, ToolUse};
-use candle_core::Var;
+use candle_core::{Tensor, Var};
 
-use super::eval::{evaluate_sharded, EvalResult};
+use super::eval::{evaluate_distributed, EvalData, EvalResult};
 use super::prompt::PromptEncoder;
 use super::step::GrpoStep;
 use crate::checkpoint::{latest_checkpoint, load_trainer_state, save_checkpoint, TrainerState};
@@ -17,6 +19,7 @@ use crate::config::{GRPOArgs, Recipe, Resume};
 use crate::data::{EpochSampler, Example};
 use crate::logging::{keys, MetricRow, MetricsLogger};
 use crate::optim::{warmup_steps, AdamW, AdamWConfig, RunSchedule};
+use crate::parallel::dist_error;
 use crate::recipe::{RecipeStep, Stepping};
 use crate::sft::SftStep;
 use atomrl_tools::ToolSet;
@@ -59,6 +62,8 @@ pub struct Trainer {
     pub(crate) tools: ToolSet,
     pub(crate) params: Vec<(String, Var)>,
     pub(crate) optimizer: AdamW,
+    /// The data-parallel ranks this process trains with ([`SingleProcess`] by default).
+    pub(crate) comm: Rc<dyn Collective>,
     /// Steps at which the loss is replaced by NaN (tests of the guard).
     #[cfg(feature = "test-hooks")]
     nan_steps: Vec<u64>,
@@ -153,11 +158,49 @@ impl Trainer {
             tools,
             params,
             optimizer,
+            comm: Rc::new(SingleProcess),
             #[cfg(feature = "test-hooks")]
             nan_steps: Vec::new(),
             last_samples: Vec::new(),
             warnings: Vec::new(),
         })
+    }
+
+    /// Trains data-parallel with the other ranks of `comm` (e.g. an
+    /// `atomrl_dist::MpiCollective` under `mpirun`; docs/distributed.md): every rank builds
+    /// the same trainer and calls [`Trainer::train`]; each generates, scores and
+    /// back-propagates its share of every step and evaluation, the gradients are summed over
+    /// the ranks, and rank 0 alone writes metrics and checkpoints. `N` ranks of `workers = 1`
+    /// compute exactly what one process of `workers = N` does. An error on one rank is not
+    /// seen by the others, which wait in their next collective: end the job
+    /// ([`Collective::abort`]) when `train` fails.
+    ///
+    /// ```
+    /// use std::rc::Rc;
+    /// use atomrl_dist::SingleProcess;
+    /// use atomrl_trainer::config::{GRPOArgs, Recipe};
+    /// use atomrl_trainer::data::Example;
+    /// use atomrl_trainer::Trainer;
+    /// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+    /// let model = atomrl_model::CausalLm::from_hf_dir(dir, candle_core::DType::F32, &candle_core::Device::Cpu)?;
+    /// let tok = atomrl_sample::ChatTokenizer::from_hf_dir(dir)?;
+    /// let train = vec![Example::new("What is 3+4?".to_string(), "7")];
+    /// let args = GRPOArgs::preset(Recipe::Grpo);
+    /// let trainer = Trainer::with_data(args, model, tok, atomrl_reward::WeightedRewards::new(), train, vec![])?
+    ///     .with_collective(Rc::new(SingleProcess));
+    /// assert_eq!(trainer.world_size(), 1);
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn with_collective(mut self, comm: Rc<dyn Collective>) -> Self {
+        self.comm = comm;
+        self
+    }
+
+    /// The number of data-parallel processes (ranks) of the run.
+    ///
+    /// See [`Trainer::with_collective`] for an example.
+    pub fn world_size(&self) -> usize {
+        self.comm.world_size()
     }
 
     /// Makes the loss NaN at these steps (1-based), to exercise the skip guard. A test hook:
@@ -209,16 +252,25 @@ impl Trainer {
     pub fn train(&mut self) -> Result<TrainSummary> {
         let started = Instant::now();
         let output_dir = PathBuf::from(&self.args.output_dir);
-        std::fs::create_dir_all(&output_dir).map_err(|e| Error::file(output_dir.display(), e))?;
+        let lead = self.comm.rank() == 0;
+        if lead {
+            std::fs::create_dir_all(&output_dir)
+                .map_err(|e| Error::file(output_dir.display(), e))?;
+        }
         let total = self.total_steps();
         let (mut state, mut sampler) = self.start_state(&output_dir)?;
+        self.broadcast_weights()?;
         let resumed = state.step > 0;
-        let mut logger = MetricsLogger::create(
-            &output_dir,
-            resumed.then_some(state.step),
-            total as u64,
-            self.args.progress,
-        )?;
+        let mut logger = if lead {
+            MetricsLogger::create(
+                &output_dir,
+                resumed.then_some(state.step),
+                total as u64,
+                self.args.progress,
+            )?
+        } else {
+            MetricsLogger::disabled(&output_dir)
+        };
         if resumed {
             logger.println(format!(
                 "resumed from step {} in {}",
@@ -236,12 +288,16 @@ impl Trainer {
         let mut eval_after = None;
         while (state.step as usize) < total {
             let step = state.step + 1;
-            let lr = schedule.lr_at(state.step as usize);
+            // Rank 0's clock decides the time-budget schedule and stop for every rank.
+            let lr = self.agree(schedule.lr_at(state.step as usize))?;
+            fail_if_asked(self.comm.rank(), step)?;
             let mut row = self.recipe_step(step, lr, &mut sampler, &logger)?;
             state.step = step;
             state.sampler = sampler.state();
             state.skipped_steps += row.get(keys::SKIPPED_STEP).unwrap_or(0.0) as u64;
-            let last = step as usize == total || self.out_of_time(&started, step, total, &logger);
+            let out_of_time = self.out_of_time(&started, step, total, &logger);
+            let last =
+                step as usize == total || self.agree(f64::from(u8::from(out_of_time)))? > 0.0;
             if !self.eval_set.is_empty() && (last || every(self.args.eval_steps, step)) {
                 let r = self.evaluate()?;
                 push_eval(&mut row, &r);
@@ -254,7 +310,7 @@ impl Trainer {
             if every(self.args.logging_steps, step) {
                 logger.log_samples(step, &self.last_samples)?;
             }
-            if last || every(self.args.save_steps, step) {
+            if lead && (last || every(self.args.save_steps, step)) {
                 last_checkpoint = Some(save_checkpoint(
                     &output_dir,
                     &self.model,
@@ -270,6 +326,7 @@ impl Trainer {
         }
         logger.flush()?;
         let charts = logger.finish()?;
+        self.comm.barrier().map_err(|e| dist_error("Trainer", e))?;
         Ok(TrainSummary {
             steps: state.step,
             skipped_steps: state.skipped_steps,
@@ -284,8 +341,21 @@ impl Trainer {
 
     /// The state the run starts from: fresh, or restored from the checkpoint `resume` names.
     fn start_state(&mut self, output_dir: &Path) -> Result<(TrainerState, EpochSampler)> {
-        if let Some(ckpt) = self.resume_point(output_dir)? {
+        if let Some(ckpt) = self.agreed_resume_point(output_dir)? {
             let state = self.restore(&ckpt)?;
+            let world = self.comm.world_size();
+            if state.world_size != world {
+                return Err(Error::value(
+                    "Trainer",
+                    "resume",
+                    format!(
+                        "{} data-parallel process(es), as {} was written by",
+                        state.world_size,
+                        ckpt.display()
+                    ),
+                    format!("{world} process(es)"),
+                ));
+            }
             let sampler =
                 EpochSampler::from_state(self.train_set.len(), self.args.seed, &state.sampler)?;
             return Ok((state, sampler));
@@ -298,6 +368,7 @@ impl Trainer {
             seed: self.args.seed,
             eval_accuracy: None,
             recipe: self.args.recipe,
+            world_size: self.comm.world_size(),
         };
         Ok((state, sampler))
     }
@@ -421,17 +492,77 @@ impl Trainer {
     /// # Errors
     /// Generation failures.
     pub fn evaluate(&self) -> Result<EvalResult> {
-        let mut r = evaluate_sharded(
-            &self.model,
-            &self.tokenizer,
-            &self.encoder,
-            &self.eval_set,
-            self.args.max_completion_length,
-            self.args.workers,
-            self.tool_use(),
-        )?;
+        let data = EvalData {
+            model: &self.model,
+            tokenizer: &self.tokenizer,
+            encoder: &self.encoder,
+            examples: &self.eval_set,
+            max_new_tokens: self.args.max_completion_length,
+            tools: self.tool_use(),
+        };
+        let mut r = evaluate_distributed(&data, self.args.workers, self.comm.as_ref())?;
         r.loss = self.recipe.eval_loss(self)?;
         Ok(r)
+    }
+
+    /// Rank 0's [`resume_point`](Self::resume_point), on every rank: all ranks must load the
+    /// same checkpoint (from a folder every rank can read).
+    fn agreed_resume_point(&self, output_dir: &Path) -> Result<Option<PathBuf>> {
+        let point = if self.comm.rank() == 0 {
+            self.resume_point(output_dir)?
+        } else {
+            None
+        };
+        if self.comm.world_size() == 1 {
+            return Ok(point);
+        }
+        let mut bytes =
+            point.map_or_else(Vec::new, |p| p.to_string_lossy().into_owned().into_bytes());
+        self.comm
+            .broadcast_bytes(&mut bytes, 0)
+            .map_err(|e| dist_error("Trainer", e))?;
+        Ok(
+            (!bytes.is_empty())
+                .then(|| PathBuf::from(String::from_utf8_lossy(&bytes).into_owned())),
+        )
+    }
+
+    /// Copies rank 0's trainable weights to every rank (they load the same files, so this
+    /// only guards against a rank that read different ones).
+    fn broadcast_weights(&self) -> Result<()> {
+        if self.comm.world_size() == 1 {
+            return Ok(());
+        }
+        for (name, var) in &self.params {
+            let t = var.as_tensor();
+            let mut values: Vec<f32> = t
+                .flatten_all()
+                .and_then(|x| x.to_vec1())
+                .map_err(|e| Error::value("Trainer", name, "f32 weights", e))?;
+            self.comm
+                .broadcast_f32(&mut values, 0)
+                .map_err(|e| dist_error("Trainer", e))?;
+            let back = Tensor::from_slice(&values, t.dims(), t.device());
+            back.and_then(|b| var.set(&b))
+                .map_err(|e| Error::value("Trainer", name, "f32 weights", e))?;
+        }
+        Ok(())
+    }
+
+    /// Rank 0's `value`, on every rank.
+    fn agree(&self, value: f64) -> Result<f64> {
+        if self.comm.world_size() == 1 {
+            return Ok(value);
+        }
+        let all = self
+            .comm
+            .all_gather_f64(&[value])
+            .map_err(|e| dist_error("Trainer", e))?;
+        Ok(all
+            .first()
+            .and_then(|v| v.first())
+            .copied()
+            .unwrap_or(value))
     }
 
     fn resume_point(&self, output_dir: &Path) -> Result<Option<PathBuf>> {
@@ -504,6 +635,28 @@ fn kill_if_asked(step: u64) {
 /// Without the `test-hooks` feature the environment is not read.
 #[cfg(not(feature = "test-hooks"))]
 fn kill_if_asked(_step: u64) {}
+
+/// Test hook for the data-parallel failure tests (feature `test-hooks` only):
+/// `ATOMRL_TEST_FAIL_RANK=R:N` makes rank `R` fail at the start of step `N`.
+#[cfg(feature = "test-hooks")]
+fn fail_if_asked(rank: usize, step: u64) -> Result<()> {
+    let asked = std::env::var("ATOMRL_TEST_FAIL_RANK").unwrap_or_default();
+    if asked == format!("{rank}:{step}") {
+        return Err(Error::value(
+            "Trainer",
+            "ATOMRL_TEST_FAIL_RANK",
+            "no failure",
+            asked,
+        ));
+    }
+    Ok(())
+}
+
+/// Without the `test-hooks` feature the environment is not read.
+#[cfg(not(feature = "test-hooks"))]
+fn fail_if_asked(_rank: usize, _step: u64) -> Result<()> {
+    Ok(())
+}
 
 /// Whether `step` is one of every `n`th (never when `n` is 0).
 fn every(n: usize, step: u64) -> bool {

@@ -10,9 +10,12 @@ use atomrl_loss::{
 use atomrl_model::CausalLm;
 use candle_core::{Tensor, Var};
 
-use super::accumulate::{accumulate_and_step_hooked, zero_gradient_step, StepSettings};
+use super::accumulate::{
+    accumulate_and_step_hooked, zero_gradient_step, MicroStatistics, StepSettings,
+};
 use crate::config::GRPOArgs;
 use crate::optim::AdamW;
+use atomrl_dist::Collective;
 use atomrl_logprob::TrainingBatch;
 
 /// What an update measured.
@@ -80,6 +83,26 @@ impl MicroStats {
     }
 }
 
+impl MicroStatistics for MicroStats {
+    fn to_f64s(&self) -> Vec<f64> {
+        let s = self;
+        vec![s.clip, s.low, s.high, s.ppo_kl, s.kl, s.entropy, s.weight]
+    }
+
+    fn from_f64s(v: &[f64]) -> Self {
+        let at = |i: usize| v.get(i).copied().unwrap_or(0.0);
+        Self {
+            clip: at(0),
+            low: at(1),
+            high: at(2),
+            ppo_kl: at(3),
+            kl: at(4),
+            entropy: at(5),
+            weight: at(6),
+        }
+    }
+}
+
 /// The pieces an update works on.
 pub struct UpdateContext<'a> {
     /// The trainable policy.
@@ -90,6 +113,9 @@ pub struct UpdateContext<'a> {
     pub params: &'a [(String, Var)],
     /// Run options.
     pub args: &'a GRPOArgs,
+    /// The data-parallel ranks the update is shared with ([`atomrl_dist::SingleProcess`]
+    /// for one process).
+    pub comm: &'a dyn Collective,
 }
 
 /// Log-probs (and entropies) of the completion tokens of `batch` under `model`: each prompt
@@ -205,6 +231,7 @@ pub(crate) fn policy_update_hooked(
             optimizer,
             batch,
             settings,
+            ctx.comm,
             inject_nan,
             |mb, first| loss.of(mb, first),
         )?;
