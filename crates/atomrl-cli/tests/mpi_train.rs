@@ -1,8 +1,8 @@
 //! `atomrl-train` data-parallel over MPI (feature `mpi`; needs Open MPI's `mpirun` on the
 //! PATH): two ranks of one worker compute exactly what one process of two workers does
 //! (every metric but the timings, bit for bit, and the final weights and optimizer moments,
-//! byte for byte); a rank that fails ends the job; a resume with another world size is
-//! refused.
+//! byte for byte), also when killed and resumed; a rank that fails ends the job; a resume
+//! with another world size is refused.
 #![cfg(feature = "mpi")]
 #![allow(clippy::unwrap_used)]
 
@@ -188,6 +188,37 @@ fn a_failing_rank_ends_every_rank_within_seconds() {
     assert!(
         !dir.join("run/checkpoint-2").exists(),
         "no rank went past the failed step"
+    );
+}
+
+#[test]
+fn two_ranks_killed_and_resumed_train_as_an_uninterrupted_run() {
+    let _job = one_job();
+    let straight = temp_dir("mpi-resume-straight");
+    let cfg = write_config(&straight, "grpo", 4);
+    let out = train_bin()
+        .args(["--config", cfg.to_str().unwrap(), "--set", "workers=2"])
+        .output()
+        .unwrap();
+    assert_success(&out, "atomrl-train --set workers=2");
+
+    let killed = temp_dir("mpi-resume-killed");
+    let cfg = write_config(&killed, "grpo", 4);
+    let args = ["--config", cfg.to_str().unwrap(), "--set", "workers=1"];
+    // Both ranks SIGKILL themselves after step 3: the last checkpoint is step 2.
+    let out = mpirun_train(&args, &[("ATOMRL_TEST_KILL_AFTER_STEP", "3")])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(killed.join("run/checkpoint-2").is_dir() && !killed.join("run/checkpoint-4").exists());
+    let out = mpirun_train(&[&args[..], &["--resume"]].concat(), &[])
+        .output()
+        .unwrap();
+    assert_success(&out, "mpirun -np 2 atomrl-train --resume");
+    assert_eq!(
+        metric_bits(&straight.join("run/metrics.jsonl")),
+        metric_bits(&killed.join("run/metrics.jsonl")),
+        "a resumed 2-rank run differs from 2 workers uninterrupted"
     );
 }
 

@@ -7,7 +7,8 @@
 //! - [`config`]: [`config::GRPOArgs`] with the `grpo`, `dapo` and `sft` presets.
 //! - [`optim`] (the `atomrl-optim` crate): AdamW with savable state, LR schedules, gradient
 //!   accumulation and clipping.
-//! - [`grpo`]: [`GRPOTrainer`], the GRPO / DAPO loop.
+//! - [`grpo`]: [`GRPOTrainer`], the GRPO / DAPO loop (prompts, rollouts and evaluation come
+//!   from the `atomrl-rollout` crate).
 //! - [`checkpoint`]: atomic HF-format checkpoints with the trainer state, for exact resume.
 //! - [`runtime`]: the CPU plan (threads, workers), model and tokenizer loading.
 
@@ -16,7 +17,6 @@
 pub mod checkpoint;
 pub mod config;
 pub mod grpo;
-pub mod parallel;
 mod recipe;
 pub mod run;
 pub mod runtime;
@@ -28,5 +28,8 @@ pub use atomrl_data as data;
 pub use atomrl_metrics as logging;
 /// Optimisation, re-exported from [`atomrl_optim`].
 pub use atomrl_optim as optim;
+/// The shard rule of CPU workers and data-parallel ranks, re-exported from
+/// [`atomrl_rollout::parallel`].
+pub use atomrl_rollout::parallel;
 pub use config::{GRPOArgs, Recipe};
 pub use grpo::{GRPOTrainer, TrainSummary, Trainer};

@@ -1,9 +1,6 @@
 //! The GRPO and DAPO recipes: rollouts, rewards, advantages, the clipped policy update.
 
 pub(crate) mod accumulate;
-mod eval;
-mod prompt;
-mod rollout;
 mod step;
 mod trainer;
 mod update;
@@ -13,14 +10,14 @@ pub use accumulate::{
 };
 /// The padded tensors of an update (from `atomrl-logprob`).
 pub use atomrl_logprob::TrainingBatch;
+/// Prompts, rollouts and evaluation (from `atomrl-rollout`).
+pub use atomrl_rollout::{
+    add_round, evaluate, evaluate_sharded, generate_group_rows, generate_group_rows_distributed,
+    generate_group_rows_sharded, EncodedPrompt, EvalResult, PromptEncoder, RolloutContext,
+    RolloutRow, Rollouts,
+};
 /// Generation decoded for rewards and updates, single-turn or with tools (from
 /// `atomrl-sample`).
 pub use atomrl_sample::{generate_rows, GeneratedRow, ToolUse};
-pub use eval::{evaluate, evaluate_sharded, EvalResult};
-pub use prompt::{EncodedPrompt, PromptEncoder};
-pub use rollout::{
-    add_round, generate_group_rows, generate_group_rows_distributed, generate_group_rows_sharded,
-    RolloutContext, RolloutRow, Rollouts,
-};
 pub use trainer::{GRPOTrainer, TrainSummary, Trainer};
 pub use update::{policy_update, UpdateContext, UpdateStats};

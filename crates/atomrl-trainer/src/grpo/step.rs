@@ -10,7 +10,6 @@ use atomrl_reward::WeightedRewards;
 use atomrl_sample::{FinishReason, SamplingParams};
 use candle_core::{Device, Tensor};
 
-use super::rollout::{add_round, generate_group_rows_distributed, RolloutContext, Rollouts};
 use super::trainer::Trainer;
 use super::update::{policy_update_hooked, UpdateContext, UpdateStats};
 use crate::config::GRPOArgs;
@@ -18,6 +17,7 @@ use crate::data::{EpochSampler, Example, SplitMix64};
 use crate::logging::{keys, MetricRow};
 use crate::recipe::RecipeStep;
 use atomrl_logprob::TrainingBatch;
+use atomrl_rollout::{add_round, generate_group_rows_distributed, RolloutContext, Rollouts};
 
 /// The GRPO / DAPO recipe's step and what only it holds: the reward functions and the frozen
 /// reference model (β > 0).

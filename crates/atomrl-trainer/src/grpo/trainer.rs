@@ -11,8 +11,6 @@ use atomrl_reward::WeightedRewards;
 use atomrl_sample::{ChatTokenizer, ToolUse};
 use candle_core::{Tensor, Var};
 
-use super::eval::{evaluate_distributed, EvalData, EvalResult};
-use super::prompt::PromptEncoder;
 use super::step::GrpoStep;
 use crate::checkpoint::{latest_checkpoint, load_trainer_state, save_checkpoint, TrainerState};
 use crate::config::{GRPOArgs, Recipe, Resume};
@@ -22,6 +20,8 @@ use crate::optim::{warmup_steps, AdamW, AdamWConfig, RunSchedule};
 use crate::parallel::dist_error;
 use crate::recipe::{RecipeStep, Stepping};
 use crate::sft::SftStep;
+use atomrl_rollout::PromptEncoder;
+use atomrl_rollout::{evaluate_distributed, EvalData, EvalResult};
 use atomrl_tools::ToolSet;
 
 /// What a finished run reports.
@@ -253,24 +253,11 @@ impl Trainer {
         let started = Instant::now();
         let output_dir = PathBuf::from(&self.args.output_dir);
         let lead = self.comm.rank() == 0;
-        if lead {
-            std::fs::create_dir_all(&output_dir)
-                .map_err(|e| Error::file(output_dir.display(), e))?;
-        }
         let total = self.total_steps();
         let (mut state, mut sampler) = self.start_state(&output_dir)?;
         self.broadcast_weights()?;
         let resumed = state.step > 0;
-        let mut logger = if lead {
-            MetricsLogger::create(
-                &output_dir,
-                resumed.then_some(state.step),
-                total as u64,
-                self.args.progress,
-            )?
-        } else {
-            MetricsLogger::disabled(&output_dir)
-        };
+        let mut logger = self.open_logger(&output_dir, resumed.then_some(state.step), total)?;
         if resumed {
             logger.println(format!(
                 "resumed from step {} in {}",
@@ -337,6 +324,21 @@ impl Trainer {
             seconds: started.elapsed().as_secs_f64(),
             output_dir,
         })
+    }
+
+    /// The run's logger: rank 0's writes `output_dir` (created here), the other ranks' write
+    /// nothing.
+    fn open_logger(
+        &self,
+        output_dir: &Path,
+        resumed_at: Option<u64>,
+        total: usize,
+    ) -> Result<MetricsLogger> {
+        if self.comm.rank() != 0 {
+            return Ok(MetricsLogger::disabled(output_dir));
+        }
+        std::fs::create_dir_all(output_dir).map_err(|e| Error::file(output_dir.display(), e))?;
+        MetricsLogger::create(output_dir, resumed_at, total as u64, self.args.progress)
     }
 
     /// The state the run starts from: fresh, or restored from the checkpoint `resume` names.

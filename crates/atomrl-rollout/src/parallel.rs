@@ -1,5 +1,5 @@
 //! Data parallelism on the CPU: shards of a batch run on their own threads, each with
-//! single-threaded tensor math.
+//! single-threaded tensor math; the same shard rule across data-parallel ranks.
 //!
 //! Why not just more candle threads: the models this trainer runs on a CPU are small
 //! (~1M parameters for the embedded example), and candle parallelises one op at a time, so
@@ -25,7 +25,7 @@ use atomrl_core::{Error, Result};
 /// first ones longer); fewer ranges when `n < parts`, none when `n == 0`.
 ///
 /// ```
-/// use atomrl_trainer::parallel::split_even;
+/// use atomrl_rollout::parallel::split_even;
 /// assert_eq!(split_even(5, 2), vec![0..3, 3..5]);
 /// assert_eq!(split_even(1, 4), vec![0..1]);
 /// assert!(split_even(0, 3).is_empty());
@@ -46,7 +46,7 @@ pub fn split_even(n: usize, parts: usize) -> Vec<Range<usize>> {
 }
 
 /// A failed collective operation as this crate's error, naming `func`.
-pub(crate) fn dist_error(func: &str, e: atomrl_dist::DistError) -> Error {
+pub fn dist_error(func: &str, e: atomrl_dist::DistError) -> Error {
     Error::value(func, "collective", "every rank to take part", e)
 }
 
@@ -58,7 +58,7 @@ pub(crate) fn dist_error(func: &str, e: atomrl_dist::DistError) -> Error {
 /// thread panicked.
 ///
 /// ```
-/// use atomrl_trainer::parallel::run_shards;
+/// use atomrl_rollout::parallel::run_shards;
 /// let squares = run_shards("example", 3, |i| Ok(i * i))?;
 /// assert_eq!(squares, vec![0, 1, 4]);
 /// # Ok::<(), atomrl_core::Error>(())

@@ -9,9 +9,9 @@ use atomrl_reward::{correctness_score, RewardContext, Trajectory, WeightedReward
 use atomrl_sample::{generate_rows, ChatTokenizer, FinishReason, SamplingParams, ToolUse};
 use candle_core::Tensor;
 
-use super::prompt::EncodedPrompt;
-use crate::data::SplitMix64;
 use crate::parallel::{dist_error, run_shards, split_even};
+use crate::prompt::EncodedPrompt;
+use atomrl_data::SplitMix64;
 
 /// One completion with everything the update and the metrics need. Serialisable (floats as
 /// their bits, so that they cross between data-parallel ranks exactly).

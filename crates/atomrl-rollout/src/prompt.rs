@@ -3,7 +3,7 @@
 use atomrl_core::Result;
 use atomrl_sample::{ChatMessage, ChatTokenizer};
 
-use crate::data::{Example, Prompt};
+use atomrl_data::{Example, Prompt};
 
 /// Encodes prompts the way a run was configured to.
 #[derive(Debug, Clone)]

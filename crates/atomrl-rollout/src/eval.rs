@@ -5,9 +5,9 @@ use atomrl_model::CausalLm;
 use atomrl_reward::{correctness_score, is_hard_format, Tags};
 use atomrl_sample::{generate_rows, ChatTokenizer, SamplingParams, ToolUse};
 
-use super::prompt::PromptEncoder;
-use crate::data::Example;
 use crate::parallel::{dist_error, run_shards, split_even};
+use crate::prompt::PromptEncoder;
+use atomrl_data::Example;
 use atomrl_dist::{Collective, SingleProcess};
 
 /// Prompts per generation call during evaluation.
@@ -78,20 +78,26 @@ pub fn evaluate_sharded(
 }
 
 /// What an evaluation decodes and scores.
-pub(crate) struct EvalData<'a> {
-    pub(crate) model: &'a CausalLm,
-    pub(crate) tokenizer: &'a ChatTokenizer,
-    pub(crate) encoder: &'a PromptEncoder,
-    pub(crate) examples: &'a [Example],
-    pub(crate) max_new_tokens: usize,
-    pub(crate) tools: Option<ToolUse<'a>>,
+pub struct EvalData<'a> {
+    /// The policy (decoded through a detached view).
+    pub model: &'a CausalLm,
+    /// Its tokenizer.
+    pub tokenizer: &'a ChatTokenizer,
+    /// How examples become prompts.
+    pub encoder: &'a PromptEncoder,
+    /// The held-out examples.
+    pub examples: &'a [Example],
+    /// Completion length limit.
+    pub max_new_tokens: usize,
+    /// The tools the model may call (`None`: single-turn).
+    pub tools: Option<ToolUse<'a>>,
 }
 
-/// [`evaluate_sharded`] over the ranks of `comm`: the examples split into `workers × W`
+/// [`evaluate_sharded`] over the ranks of `comm` (every rank calls it with the same data): the examples split into `workers × W`
 /// shards, rank `r` decoding shards `r·workers ..`; the shards' counts are all-gathered and
 /// summed in shard order, so every rank gets the result one process of `workers × W`
 /// workers computes (its samples come from this rank's shards).
-pub(crate) fn evaluate_distributed(
+pub fn evaluate_distributed(
     d: &EvalData<'_>,
     workers: usize,
     comm: &dyn Collective,
