@@ -98,16 +98,23 @@ fn assert_success(out: &Output, what: &str) {
     );
 }
 
-fn same_run_on_two_ranks_and_two_workers(recipe: &str) {
-    let _job = one_job();
-    let steps = 4;
-    let threads = temp_dir(&format!("mpi-{recipe}-workers"));
-    let cfg = write_config(&threads, recipe, steps);
+/// The reference: one process of two workers, `steps` steps of `recipe`, in a new temporary
+/// folder named `name`.
+fn two_workers_run(name: &str, recipe: &str, steps: usize) -> common::TempDir {
+    let dir = temp_dir(name);
+    let cfg = write_config(&dir, recipe, steps);
     let out = train_bin()
         .args(["--config", cfg.to_str().unwrap(), "--set", "workers=2"])
         .output()
         .unwrap();
     assert_success(&out, "atomrl-train --set workers=2");
+    dir
+}
+
+fn same_run_on_two_ranks_and_two_workers(recipe: &str) {
+    let _job = one_job();
+    let steps = 4;
+    let threads = two_workers_run(&format!("mpi-{recipe}-workers"), recipe, steps);
 
     let ranks = temp_dir(&format!("mpi-{recipe}-ranks"));
     let cfg = write_config(&ranks, recipe, steps);
@@ -194,13 +201,7 @@ fn a_failing_rank_ends_every_rank_within_seconds() {
 #[test]
 fn two_ranks_killed_and_resumed_train_as_an_uninterrupted_run() {
     let _job = one_job();
-    let straight = temp_dir("mpi-resume-straight");
-    let cfg = write_config(&straight, "grpo", 4);
-    let out = train_bin()
-        .args(["--config", cfg.to_str().unwrap(), "--set", "workers=2"])
-        .output()
-        .unwrap();
-    assert_success(&out, "atomrl-train --set workers=2");
+    let straight = two_workers_run("mpi-resume-straight", "grpo", 4);
 
     let killed = temp_dir("mpi-resume-killed");
     let cfg = write_config(&killed, "grpo", 4);
