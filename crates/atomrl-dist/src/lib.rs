@@ -1,14 +1,15 @@
-//! Collectives for data-parallel training: in-process threads and MPI.
+//! Collectives for data-parallel training: in-process threads, MPI and NCCL.
 //!
 //! Data-parallel training runs `W` replicas ("ranks" `0..W`), each on its own share of a
 //! batch, and combines their gradients, loss normalisers and metrics with a few collective
-//! operations. [`Collective`] is that small set of operations, with three implementations:
+//! operations. [`Collective`] is that small set of operations, with four implementations:
 //!
 //! | implementation | ranks | use |
 //! |---|---|---|
 //! | [`SingleProcess`] | rank 0 of 1; every operation is the identity | `W = 1`, the default |
 //! | [`ThreadGroup`] / [`ThreadMember`] | `W` threads of one process sharing memory | tests and CI: the same code paths as `W` processes, no MPI needed |
 //! | `MpiCollective` (feature `mpi`) | one process per rank, launched by `mpirun` | data parallelism across processes and nodes |
+//! | `NcclCollective` (feature `nccl`) | one process and one CUDA GPU per rank, launched by `mpirun` | f32 sums and broadcasts through NCCL (set up over MPI), the rest through MPI |
 //!
 //! # Deterministic sums
 //!
@@ -20,7 +21,8 @@
 //! order of summation is unspecified (it depends on the algorithm the library picks for the
 //! message size and the topology): it runs a deterministic reduce-scatter (rank `s` receives
 //! slice `s` of every rank's vector and adds the `W` pieces in rank order) followed by an
-//! all-gather of the summed slices.
+//! all-gather of the summed slices. The NCCL implementation does not use `ncclAllReduce`
+//! either: it all-gathers every rank's vector with NCCL and adds the rows in rank order.
 //!
 //! ```
 //! use atomrl_dist::{sum_in_rank_order_f32, Collective, ThreadGroup};
@@ -63,8 +65,13 @@ mod thread;
 #[cfg(feature = "mpi")]
 mod mpi_impl;
 
+#[cfg(feature = "nccl")]
+mod nccl_impl;
+
 #[cfg(feature = "mpi")]
 pub use mpi_impl::{MpiCollective, DEFAULT_MAX_MESSAGE_ELEMS};
+#[cfg(feature = "nccl")]
+pub use nccl_impl::NcclCollective;
 pub use thread::{ThreadGroup, ThreadMember};
 
 /// Errors of a collective operation: each names the operation, the rank that saw it and what
@@ -94,10 +101,10 @@ pub enum DistError {
         reason: String,
     },
     /// Setting up the communicator failed (MPI already initialised, a missing environment
-    /// variable).
+    /// variable, a CUDA device that cannot be opened).
     #[error("{op} on rank {rank}: {detail}")]
     Setup {
-        /// The operation (`MpiCollective::init`, …).
+        /// The operation (`MpiCollective::init`, `NcclCollective::new`, …).
         op: &'static str,
         /// The rank, when known (0 before MPI is initialised).
         rank: usize,

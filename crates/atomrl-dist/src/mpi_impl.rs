@@ -224,9 +224,29 @@ impl MpiCollective {
         }
     }
 
+    /// Checks the arguments of a broadcast of `len` elements from `root`: `root < W` and every
+    /// rank's length equal to the root's. Every rank learns every length, so a mismatch is an
+    /// error on every rank (not a hang of the ranks that passed the check). Returns the root
+    /// as MPI's rank type.
+    pub(crate) fn check_broadcast(&self, op: &'static str, len: usize, root: usize) -> Result<i32> {
+        let root = self.root(op, root)?;
+        let lens = self.gather_lens(len);
+        let root_len = lens[root as usize];
+        match lens.iter().enumerate().find(|(_, &l)| l != root_len) {
+            None => Ok(root),
+            Some((r, l)) => Err(DistError::Invalid {
+                op,
+                rank: self.rank,
+                detail: format!(
+                    "buffer lengths differ: root {root} has {root_len}, rank {r} has {l}"
+                ),
+            }),
+        }
+    }
+
     /// Checks that every rank passed `len` elements (the lengths are all-gathered first, so
     /// a mismatch is an error on every rank rather than a truncated message).
-    fn same_len(&self, op: &'static str, len: usize) -> Result<()> {
+    pub(crate) fn same_len(&self, op: &'static str, len: usize) -> Result<()> {
         let lens = self.gather_lens(len);
         match lens.iter().enumerate().find(|(_, &l)| l != lens[0]) {
             None => Ok(()),
@@ -336,21 +356,7 @@ impl Collective for MpiCollective {
     }
 
     fn broadcast_f32(&self, buf: &mut [f32], root: usize) -> Result<()> {
-        const OP: &str = "broadcast_f32";
-        let root = self.root(OP, root)?;
-        // Every rank learns every length, so a mismatch is an error on every rank (not a
-        // hang of the ranks that passed the check).
-        let lens = self.gather_lens(buf.len());
-        let root_len = lens[root as usize];
-        if let Some((r, l)) = lens.iter().enumerate().find(|(_, &l)| l != root_len) {
-            return Err(DistError::Invalid {
-                op: OP,
-                rank: self.rank,
-                detail: format!(
-                    "buffer lengths differ: root {root} has {root_len}, rank {r} has {l}"
-                ),
-            });
-        }
+        let root = self.check_broadcast("broadcast_f32", buf.len(), root)?;
         let comm = self.comm();
         for piece in buf.chunks_mut(self.max_message) {
             comm.process_at_rank(root).broadcast_into(piece);

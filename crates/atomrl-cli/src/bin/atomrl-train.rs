@@ -6,14 +6,19 @@
 //! atomrl-train --config run.toml --resume          # continue from the latest checkpoint
 //! mpirun -np 4 atomrl-train --config run.toml      # 4 data-parallel ranks (feature `mpi`)
 //! ```
+//!
+//! Built with feature `nccl` (which implies `cuda` and `mpi`), a run under `mpirun` whose
+//! `device` is CUDA sums gradients and broadcasts weights through NCCL, one GPU per rank
+//! (`device = "cuda"`: rank r on `cuda:LOCAL_RANK`); other runs are unchanged.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::rc::Rc;
 
 use anyhow::Result;
+use atomrl_core::DeviceSpec;
 use atomrl_dist::{Collective, SingleProcess};
-use atomrl_trainer::config::{load_args, Recipe};
+use atomrl_trainer::config::{load_args, GRPOArgs, Recipe};
 use atomrl_trainer::run::{print_summary, run_recipe_with};
 use clap::Parser;
 
@@ -50,35 +55,92 @@ fn parse_recipe(s: &str) -> Result<Recipe, String> {
 fn main() -> ExitCode {
     atomrl_trainer::runtime::tune_allocator();
     let cli = Cli::parse();
-    let comm = match collective() {
-        Ok(comm) => comm,
+    let ranks = match collective() {
+        Ok(ranks) => ranks,
         Err(e) => {
             eprintln!("error: {e:#}");
             return ExitCode::from(2);
         }
     };
-    match run(cli, Rc::clone(&comm)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) if comm.world_size() > 1 => {
-            // The other ranks wait for this one in their next collective: end them all.
-            eprintln!("error on rank {}: {e:#}", comm.rank());
-            comm.abort(2)
-        }
+    let mut args = match load(cli) {
+        Ok(args) => args,
+        Err(e) => return fail(ranks.collective(), &e),
+    };
+    let comm = match ranks.for_device(&mut args.device) {
+        Ok(comm) => comm,
+        // NcclCollective::new returns the same error on every rank (or has ended the job).
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(2)
+            return ExitCode::from(2);
+        }
+    };
+    match train(args, Rc::clone(&comm)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&*comm, &e),
+    }
+}
+
+/// Reports `e`; with more than one rank, ends the job, since the other ranks wait for this
+/// one in their next collective.
+fn fail(comm: &dyn Collective, e: &anyhow::Error) -> ExitCode {
+    if comm.world_size() > 1 {
+        eprintln!("error on rank {}: {e:#}", comm.rank());
+        comm.abort(2)
+    }
+    eprintln!("error: {e:#}");
+    ExitCode::from(2)
+}
+
+/// The ranks of the run before its device is known.
+enum Ranks {
+    /// This process alone, or MPI's world (feature `mpi`).
+    Ready(Rc<dyn Collective>),
+    /// MPI's world (feature `nccl`), to become an `atomrl_dist::NcclCollective` when the run
+    /// is on a CUDA device.
+    #[cfg(feature = "nccl")]
+    Mpi(atomrl_dist::MpiCollective),
+}
+
+impl Ranks {
+    fn collective(&self) -> &dyn Collective {
+        match self {
+            Ranks::Ready(comm) => &**comm,
+            #[cfg(feature = "nccl")]
+            Ranks::Mpi(mpi) => mpi,
+        }
+    }
+
+    /// The collective of a run on `device`. With feature `nccl`, MPI's world on a CUDA device
+    /// becomes NCCL's: on `cuda:N` if given, else on `cuda:LOCAL_RANK`, which `device` is then
+    /// set to (the trainer opens that same device).
+    #[cfg_attr(not(feature = "nccl"), allow(unused_variables))]
+    fn for_device(self, device: &mut DeviceSpec) -> Result<Rc<dyn Collective>> {
+        match self {
+            Ranks::Ready(comm) => Ok(comm),
+            #[cfg(feature = "nccl")]
+            Ranks::Mpi(mpi) => {
+                let DeviceSpec::Cuda(index) = *device else {
+                    return Ok(Rc::new(mpi));
+                };
+                let ordinal = index.unwrap_or_else(|| mpi.local_rank());
+                *device = DeviceSpec::Cuda(Some(ordinal));
+                Ok(Rc::new(atomrl_dist::NcclCollective::new(mpi, ordinal)?))
+            }
         }
     }
 }
 
 /// The ranks of the run: MPI's world when started by `mpirun` (feature `mpi`), else this
 /// process alone.
-fn collective() -> Result<Rc<dyn Collective>> {
+fn collective() -> Result<Ranks> {
     #[cfg(feature = "mpi")]
     if atomrl_dist::launched_by_mpi() {
         let comm = atomrl_dist::MpiCollective::init()?;
         comm.abort_on_panic(101);
-        return Ok(Rc::new(comm));
+        #[cfg(feature = "nccl")]
+        return Ok(Ranks::Mpi(comm));
+        #[cfg(not(feature = "nccl"))]
+        return Ok(Ranks::Ready(Rc::new(comm)));
     }
     #[cfg(not(feature = "mpi"))]
     if let Some(n) = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]
@@ -89,15 +151,19 @@ fn collective() -> Result<Rc<dyn Collective>> {
         // Each process would train alone, all into the same output folder.
         anyhow::bail!("started as one of {n} MPI processes, but this atomrl-train was built without the `mpi` feature: cargo build --release --features mpi --bin atomrl-train");
     }
-    Ok(Rc::new(SingleProcess))
+    Ok(Ranks::Ready(Rc::new(SingleProcess)))
 }
 
-fn run(cli: Cli, comm: Rc<dyn Collective>) -> Result<()> {
+/// The run's options: the configuration file, the preset and the overrides.
+fn load(cli: Cli) -> Result<GRPOArgs> {
     let mut overrides = cli.set;
     if cli.resume {
         overrides.push("resume=\"auto\"".into());
     }
-    let args = load_args(cli.config.as_deref(), cli.recipe, &overrides)?;
+    Ok(load_args(cli.config.as_deref(), cli.recipe, &overrides)?)
+}
+
+fn train(args: GRPOArgs, comm: Rc<dyn Collective>) -> Result<()> {
     let lead = comm.rank() == 0;
     let summary = run_recipe_with(args, comm)?;
     if lead {

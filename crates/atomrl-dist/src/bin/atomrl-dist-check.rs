@@ -5,7 +5,10 @@
 //! mpirun -np 2 atomrl-dist-check --fail-rank 1    # rank 1 fails and aborts: the job exits non-zero
 //! mpirun -np 2 atomrl-dist-check --bench          # time all_reduce_sum_f32 of 1.05 M and 4 M floats
 //! atomrl-dist-check --bench-threads 2             # the same timings on a ThreadGroup of 2 (no MPI)
+//! mpirun -np 2 atomrl-dist-check --nccl           # then the same checks through NCCL on cuda:local_rank
 //! ```
+//!
+//! `--nccl` needs the `nccl` feature and one GPU per rank.
 //!
 //! Each rank's data is derived from its rank, so every rank can compute the expected results
 //! (the rank-ordered sums of all ranks' data) by itself and compare them bit for bit.
@@ -189,6 +192,8 @@ struct Args {
     fail_rank: Option<usize>,
     bench: bool,
     bench_threads: Option<usize>,
+    #[cfg(feature = "nccl")]
+    nccl: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -196,6 +201,8 @@ fn parse_args() -> Result<Args, String> {
         fail_rank: None,
         bench: false,
         bench_threads: None,
+        #[cfg(feature = "nccl")]
+        nccl: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -208,9 +215,13 @@ fn parse_args() -> Result<Args, String> {
             "--fail-rank" => args.fail_rank = Some(number("--fail-rank")?),
             "--bench" => args.bench = true,
             "--bench-threads" => args.bench_threads = Some(number("--bench-threads")?),
+            #[cfg(feature = "nccl")]
+            "--nccl" => args.nccl = true,
+            #[cfg(not(feature = "nccl"))]
+            "--nccl" => return Err("--nccl needs a build with the `nccl` feature".into()),
             other => {
                 return Err(format!(
-                    "unknown argument {other:?} (--fail-rank N, --bench, --bench-threads W)"
+                    "unknown argument {other:?} (--fail-rank N, --bench, --bench-threads W, --nccl)"
                 ))
             }
         }
@@ -309,6 +320,52 @@ fn main() -> ExitCode {
             Ok(_) => {}
             Err(e) => {
                 eprintln!("rank {rank}/{w}: bench error: {e}; aborting the job");
+                comm.abort(3);
+            }
+        }
+    }
+    #[cfg(feature = "nccl")]
+    if args.nccl {
+        return nccl_check(comm, args.bench);
+    }
+    ExitCode::SUCCESS
+}
+
+/// `--nccl`: the checks (and `--bench`) again through an `NcclCollective` on `cuda:local_rank`.
+#[cfg(feature = "nccl")]
+fn nccl_check(mpi: MpiCollective, bench_too: bool) -> ExitCode {
+    let (rank, w, gpu) = (mpi.rank(), mpi.world_size(), mpi.local_rank());
+    let mut comm = match atomrl_dist::NcclCollective::new(mpi, gpu) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rank {rank}/{w}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let start = Instant::now();
+    let mut outcome = check(&comm);
+    if outcome.is_ok() {
+        let default = comm.max_message_elems();
+        comm.set_max_message_elems(1000);
+        outcome = check(&comm).map(|s| format!("{s} (also in 1000-element messages)"));
+        comm.set_max_message_elems(default);
+    }
+    match outcome {
+        Ok(summary) => println!(
+            "rank {rank}/{w} NCCL on cuda:{gpu}: {summary} in {:.0} ms",
+            start.elapsed().as_secs_f64() * 1e3
+        ),
+        Err(e) => {
+            eprintln!("rank {rank}/{w} NCCL: error: {e}; aborting the job");
+            comm.abort(3);
+        }
+    }
+    if bench_too {
+        match bench(&comm, "NCCL") {
+            Ok(lines) if rank == 0 => lines.iter().for_each(|l| println!("{l}")),
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("rank {rank}/{w} NCCL: bench error: {e}; aborting the job");
                 comm.abort(3);
             }
         }
