@@ -111,13 +111,8 @@ fn two_workers_run(name: &str, recipe: &str, steps: usize) -> common::TempDir {
     dir
 }
 
-fn same_run_on_two_ranks_and_two_workers(recipe: &str) {
-    let _job = one_job();
-    let steps = 4;
-    let threads = two_workers_run(&format!("mpi-{recipe}-workers"), recipe, steps);
-
-    let ranks = temp_dir(&format!("mpi-{recipe}-ranks"));
-    let cfg = write_config(&ranks, recipe, steps);
+/// `mpirun -np 2 atomrl-train --config CFG` with one worker per rank, which must succeed.
+fn two_ranks_run(cfg: &Path) -> Output {
     let out = mpirun_train(
         &["--config", cfg.to_str().unwrap(), "--set", "workers=1"],
         &[],
@@ -125,6 +120,17 @@ fn same_run_on_two_ranks_and_two_workers(recipe: &str) {
     .output()
     .unwrap();
     assert_success(&out, "mpirun -np 2 atomrl-train");
+    out
+}
+
+fn same_run_on_two_ranks_and_two_workers(recipe: &str) {
+    let _job = one_job();
+    let steps = 4;
+    let threads = two_workers_run(&format!("mpi-{recipe}-workers"), recipe, steps);
+
+    let ranks = temp_dir(&format!("mpi-{recipe}-ranks"));
+    let cfg = write_config(&ranks, recipe, steps);
+    let out = two_ranks_run(&cfg);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         stdout.matches("== AtomRL run finished").count(),
@@ -228,13 +234,7 @@ fn resuming_with_another_world_size_is_refused() {
     let _job = one_job();
     let dir = temp_dir("mpi-resume");
     let cfg = write_config(&dir, "grpo", 2);
-    let out = mpirun_train(
-        &["--config", cfg.to_str().unwrap(), "--set", "workers=1"],
-        &[],
-    )
-    .output()
-    .unwrap();
-    assert_success(&out, "mpirun -np 2 atomrl-train");
+    two_ranks_run(&cfg);
     let out = train_bin()
         .args(["--config", cfg.to_str().unwrap(), "--resume"])
         .args(["--set", "max_steps=4", "--set", "workers=2"])
