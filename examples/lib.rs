@@ -5,6 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+/// Counts allocations for `ATOMRL_PROFILE=1` runs (one atomic load per allocation otherwise).
+#[global_allocator]
+static ALLOCATOR: atomrl_core::profile::CountingAllocator = atomrl_core::profile::CountingAllocator;
+
 /// The options of a run that every example takes besides its own: device, length, extra
 /// configuration, resuming.
 #[derive(clap::Args, Debug, Clone)]

@@ -14,6 +14,13 @@
 //! (gradients summed over micro-batches), global-norm clipping and the trainer's AdamW on f32
 //! master weights. One untimed warm-up step first.
 //!
+//! Profile (`--profile`): the same measurements with the phases of [`atomrl_core::profile`]
+//! on: each phase's time with the device synchronised at its boundaries, and the tensor
+//! buffers (≈ tensor ops, kernel launches on a GPU) and bytes it allocated, per decode step,
+//! per micro-batch forward and backward, and per optimizer step. One worker, so that phases
+//! do not overlap; synchronising at every boundary makes the profiled step slower than the
+//! plain one, so take step times from a run without `--profile`.
+//!
 //! Memory: on CUDA the process's GPU memory as `nvidia-smi` reports it (the whole GPU's used
 //! memory where the container hides process ids), polled every 50 ms; on the CPU the resident
 //! set size. Both are peaks over each measured phase, so they include candle's cached blocks.
@@ -26,7 +33,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use atomrl_core::{CandleContext, ComputeDtype, DeviceSpec};
+use atomrl_core::{profile, CandleContext, ComputeDtype, DeviceSpec};
 use atomrl_loss::{compute_policy_loss, AggOptions, PolicyLossOptions};
 use atomrl_model::{Architecture, CausalLm, ModelConfig};
 use atomrl_optim::{AdamW, AdamWConfig, Gradients};
@@ -87,6 +94,10 @@ pub struct BenchArgs {
     /// Skip the training step.
     #[arg(long)]
     pub skip_train: bool,
+    /// Time and count the phases of each measurement (decode step, forward and backward per
+    /// decoder layer, LM head, gradient clipping, optimizer...): see the module docs.
+    #[arg(long)]
+    pub profile: bool,
     /// Also write the figures as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -205,6 +216,29 @@ fn gpu_memory(id: usize) -> Option<u64> {
     Some(mib << 20)
 }
 
+/// The CPU's model name and vendor from `/proc/cpuinfo` (figures from one vendor say little
+/// about another: docs/performance.md), or `unknown CPU`.
+pub fn cpu_model() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |key: &str| {
+        info.lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+    };
+    let flags = field("flags").unwrap_or_default();
+    let avx512 = if flags.split_whitespace().any(|f| f == "avx512f") {
+        ", AVX-512"
+    } else {
+        ""
+    };
+    match (field("model name"), field("vendor_id")) {
+        (Some(m), Some(v)) => format!("{m} ({v}{avx512})"),
+        (Some(m), None) => m,
+        _ => "unknown CPU".into(),
+    }
+}
+
 /// Deterministic token ids in `[1, vocab)`.
 fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -259,8 +293,14 @@ fn decode(m: &CausalLm, a: &BenchArgs, b: usize, bandwidth: f64, dev: &Device) -
     // Warm-up (kernels, allocator), then the prefill alone, then prefill + decode.
     time_generate(m, a, b, 2, dev)?;
     let prefill = time_generate(m, a, b, 1, dev)?;
+    profile::reset();
     let total = time_generate(m, a, b, a.new_tokens, dev)?;
+    let phases = profile::report();
     let peak = mem.finish();
+    print!(
+        "{}",
+        profile::format_table(&format!("decode batch {b}"), &phases)
+    );
     let steps = a.new_tokens.saturating_sub(1).max(1);
     let decode_secs = (total - prefill).max(1e-9);
     let tok_s = (b * steps) as f64 / decode_secs;
@@ -276,6 +316,7 @@ fn decode(m: &CausalLm, a: &BenchArgs, b: usize, bandwidth: f64, dev: &Device) -
         "bound_tokens_per_s": bound_tok_s,
         "fraction_of_bound": tok_s / bound_tok_s,
         "peak_memory_bytes": peak,
+        "profile": profile_json(&phases),
     }))
 }
 
@@ -304,6 +345,7 @@ fn train_step(
     for wave in chunks.chunks(workers.max(1)) {
         let results = atomrl_trainer::parallel::run_shards("bench", wave.len(), |i| {
             let (start, len) = (wave[i].start, wave[i].len());
+            let forward = profile::phase("train.forward", ids.device());
             let lp = atomrl_logprob::get_action_log_probs(
                 m,
                 &ids.narrow(0, start, len).ctx("bench")?,
@@ -325,6 +367,8 @@ fn train_step(
                 .to_dtype(DType::F64)
                 .and_then(|l| l.to_scalar::<f64>())
                 .ctx("bench")?;
+            drop(forward);
+            let _p = profile::phase("train.backward", ids.device());
             Ok((loss, out.loss.backward().ctx("bench")?))
         })?;
         for (loss, store) in results {
@@ -353,11 +397,14 @@ fn train(m: &CausalLm, a: &BenchArgs, workers: usize, dev: &Device) -> Result<Va
     let mem = PeakMemory::start(dev);
     train_step(m, workers, &mut opt, &batch, a)?; // warm-up
     dev.synchronize()?;
+    profile::reset();
     let t = Instant::now();
     let loss = train_step(m, workers, &mut opt, &batch, a)?;
     dev.synchronize()?;
     let secs = t.elapsed().as_secs_f64();
+    let phases = profile::report();
     let peak = mem.finish();
+    print!("{}", profile::format_table("the training step", &phases));
     if !loss.is_finite() {
         bail!("non-finite loss {loss}");
     }
@@ -371,7 +418,13 @@ fn train(m: &CausalLm, a: &BenchArgs, workers: usize, dev: &Device) -> Result<Va
         "tokens_per_s": tokens / secs,
         "loss": loss,
         "peak_memory_bytes": peak,
+        "profile": profile_json(&phases),
     }))
+}
+
+/// The phases as JSON rows (empty when profiling is off).
+fn profile_json(phases: &[profile::PhaseStats]) -> Value {
+    json!(phases)
 }
 
 fn gib(bytes: &Value) -> String {
@@ -390,7 +443,20 @@ pub fn run(a: &BenchArgs) -> Result<()> {
             workers: 1,
         }
     };
+    let plan = if a.profile && plan.workers > 1 {
+        println!(
+            "--profile: 1 worker of {} threads (phases of concurrent workers would overlap)",
+            plan.threads * plan.workers
+        );
+        atomrl_trainer::runtime::CpuPlan {
+            threads: plan.threads * plan.workers,
+            workers: 1,
+        }
+    } else {
+        plan
+    };
     atomrl_trainer::runtime::set_threads(plan.threads);
+    profile::enable(a.profile);
     let device = a.device.open()?;
     let bandwidth = 1e9
         * a.bandwidth_gbs
@@ -403,7 +469,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     println!(
         "AtomRL bench: shape {} ({:.1} M parameters), device {}, prompt {}, decode {} new \
          tokens, train {} × {} in micro-batches of {}{}; {} worker(s) of {} thread(s); bandwidth \
-         bound at {:.0} GB/s; memory = peak {mem_kind}",
+         bound at {:.0} GB/s; memory = peak {mem_kind}; CPU: {}",
         a.shape,
         config.num_parameters() as f64 / 1e6,
         a.device,
@@ -420,6 +486,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         plan.workers,
         candle_core::utils::get_num_threads(),
         bandwidth / 1e9,
+        cpu_model(),
     );
     let mut results = Vec::new();
     for name in &a.dtypes {
@@ -471,6 +538,8 @@ pub fn run(a: &BenchArgs) -> Result<()> {
             "new_tokens": a.new_tokens,
             "bandwidth_gbs": bandwidth / 1e9,
             "gradient_checkpointing": a.gradient_checkpointing,
+            "cpu": cpu_model(),
+            "profiled": a.profile,
             "results": results,
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)?)

@@ -17,6 +17,13 @@
 //! The default models are the repository's fixtures, the embedded model and a random model
 //! with a vocabulary large enough for the fused LM head ([`wide_vocab_model`]).
 //!
+//! - each fused decoder kernel alone (RMSNorm, SwiGLU, RoPE, attention softmax: output and
+//!   input gradients, `atomrl_model::kernel_check`), in f32 and bf16, against the CPU's f32
+//!   fused kernel and against the tensor-op form on the same device;
+//! - the optimizer's in-place kernels (gradient accumulation, global-norm clipping, AdamW:
+//!   `atomrl-optim`'s CUDA kernels on a GPU) after two updates, against the CPU and against
+//!   the tensor-op forms on the same device (`ATOMRL_CUDA_FUSED=0`).
+//!
 //! Then a few GRPO steps of the embedded model run on the device, in f32 and in bf16 with LoRA
 //! and gradient checkpointing, and must not skip a step.
 //!
@@ -221,6 +228,112 @@ impl Report {
         self.rows.push(row);
         Ok(())
     }
+}
+
+/// One kernel's output and gradients in f32 on another backend or in another form: the same
+/// formula with reductions in another order.
+const F32_KERNEL: Tolerance = Tolerance {
+    bound: 1e-5,
+    metric: Metric::RelNorm,
+};
+/// The same in bf16 against f32 (one or two bf16 roundings of each value).
+const BF16_KERNEL: Tolerance = Tolerance {
+    bound: 2e-2,
+    metric: Metric::RelNorm,
+};
+
+/// The per-kernel rows: each fused kernel on `device` (f32, bf16) against the CPU's f32 fused
+/// kernel, and against its tensor-op form on the same device.
+fn check_kernels(device: &Device, report: &mut Report) -> Result<()> {
+    use atomrl_model::kernel_check::{run as kernel, KERNELS};
+    for k in KERNELS {
+        let cpu = kernel(k, &Device::Cpu, DType::F32, true)?;
+        for dtype in [DType::F32, DType::BF16] {
+            let p = precision_name(dtype);
+            let tol = if dtype == DType::F32 {
+                F32_KERNEL
+            } else {
+                BF16_KERNEL
+            };
+            let fused = kernel(k, device, dtype, true)?;
+            let plain = kernel(k, device, dtype, false)?;
+            report.compare_all(&format!("kernel {k} vs CPU / {p}"), &fused, &cpu, tol)?;
+            report.compare_all(
+                &format!("kernel {k} vs tensor ops, same device / {p}"),
+                &fused,
+                &plain,
+                tol,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// f32 optimizer state after two updates: the same element-wise arithmetic everywhere, but
+/// the global norm sums in another order on another backend (so the clipping factor moves in
+/// its last bits).
+const F32_OPTIMIZER: Tolerance = Tolerance {
+    bound: 1e-6,
+    metric: Metric::RelNorm,
+};
+
+/// Parameters after two AdamW updates of gradients summed over three micro-batches and
+/// clipped (the clip triggers), all on `device`, with the fused kernels as `fused` says.
+fn optimizer_updates(device: &Device, fused: bool) -> Result<Named> {
+    use atomrl_optim::{AdamW, AdamWConfig, Gradients};
+    atomrl_core::device::set_cuda_fused_kernels(Some(fused));
+    let shapes: [&[usize]; 3] = [&[64, 48], &[48], &[3, 1000]];
+    let params: Vec<(String, Var)> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let n: usize = s.iter().product();
+            let v: Vec<f32> = (0..n)
+                .map(|j| ((i * 7919 + j) as f32 * 0.013).sin())
+                .collect();
+            Ok((format!("p{i}"), Var::from_vec(v, *s, device)?))
+        })
+        .collect::<Result<_>>()?;
+    let config = AdamWConfig {
+        weight_decay: 0.01,
+        ..AdamWConfig::default()
+    };
+    let mut opt = AdamW::new(params.clone(), config)?;
+    for step in 0..2 {
+        let mut grads = Gradients::new();
+        for micro in 0..3 {
+            // d/dp Σ p · r = r: a known gradient per micro-batch.
+            let mut loss = Tensor::zeros((), DType::F32, device)?;
+            for (i, (_, p)) in params.iter().enumerate() {
+                let r = ((p.as_tensor() * (1.3 + (step * 3 + micro + i) as f64))?.cos()? * 0.5)?;
+                loss = (loss + (p.as_tensor() * r.detach())?.sum_all()?)?;
+            }
+            grads.accumulate(&loss.backward()?, &params)?;
+        }
+        grads.clip_global_norm(0.5)?;
+        opt.step(&|name| grads.get(name), 1e-2)?;
+    }
+    atomrl_core::device::set_cuda_fused_kernels(None);
+    Ok(params
+        .iter()
+        .map(|(n, v)| (n.clone(), v.as_tensor().clone()))
+        .collect())
+}
+
+/// The optimizer rows: in-place kernels on `device` against the CPU reference, and against
+/// the tensor-op forms on the same device.
+fn check_optimizer(device: &Device, report: &mut Report) -> Result<()> {
+    let fused = optimizer_updates(device, true)?;
+    let cpu = optimizer_updates(&Device::Cpu, true)?;
+    let plain = optimizer_updates(device, false)?;
+    let name = "optimizer / accumulate+clip+AdamW in place";
+    report.compare_all(&format!("{name} vs CPU / f32"), &fused, &cpu, F32_OPTIMIZER)?;
+    report.compare_all(
+        &format!("{name} vs tensor ops, same device / f32"),
+        &fused,
+        &plain,
+        F32_OPTIMIZER,
+    )
 }
 
 fn to_cpu_f32(t: &Tensor) -> Result<Tensor> {
@@ -643,6 +756,8 @@ pub fn run(a: &DeviceCheckArgs) -> Result<Vec<Comparison>> {
         check_model(dir, &device, &mut report)?;
     }
     std::fs::remove_dir_all(&scratch).ok();
+    check_kernels(&device, &mut report)?;
+    check_optimizer(&device, &mut report)?;
     let mut grpo = vec![];
     if a.grpo_steps > 0 {
         grpo.push(check_grpo(a.device, a.grpo_steps, &[])?);
@@ -706,7 +821,12 @@ mod tests {
         };
         let rows = run(&args).unwrap();
         std::fs::remove_dir_all(&scratch).ok();
-        assert_eq!(rows.len(), 2 * 2 * 9);
+        assert_eq!(rows.len(), 2 * 2 * 9 + 4 * 2 * 2 + 2);
+        // The optimizer's rows: the same code on the same device.
+        assert!(rows
+            .iter()
+            .filter(|r| r.name.starts_with("optimizer /"))
+            .all(|r| r.diff == 0.0));
         let same_code = [
             "/ logits /",
             "/ log-probs /",
@@ -718,10 +838,12 @@ mod tests {
                 assert_eq!(r.diff, 0.0, "{}", r.name);
             }
         }
-        // bf16 differs from f32 (else the bf16 path would not be running in bf16).
+        // bf16 differs from f32 (else the bf16 path would not be running in bf16); on the CPU
+        // a bf16 kernel row against the tensor ops compares the same code (no fused bf16 CPU
+        // kernels).
         assert!(rows
             .iter()
-            .filter(|r| r.name.ends_with("/ bf16"))
+            .filter(|r| r.name.ends_with("/ bf16") && !r.name.contains("same device"))
             .all(|r| r.diff > 0.0));
     }
 

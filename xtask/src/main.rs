@@ -6,6 +6,12 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
 mod bench;
+
+/// Counts allocations for `cargo xtask bench --profile` (off, one atomic load per
+/// allocation, otherwise).
+#[global_allocator]
+static ALLOCATOR: atomrl_core::profile::CountingAllocator = atomrl_core::profile::CountingAllocator;
+
 mod device_check;
 mod hub_serve;
 mod tiny_model;

@@ -191,6 +191,53 @@ impl From<DeviceSpec> for String {
     }
 }
 
+/// The environment variable that turns AtomRL's own CUDA kernels off: `ATOMRL_CUDA_FUSED=0`.
+pub const CUDA_FUSED_ENV: &str = "ATOMRL_CUDA_FUSED";
+
+/// Whether AtomRL's own CUDA kernels (in-place optimizer and gradient kernels, and the fused
+/// model kernels as they land) are used on CUDA tensors: on unless the environment sets
+/// [`CUDA_FUSED_ENV`] to `0`, `false`, `off` or `no`, in which case every CUDA op takes the
+/// tensor-op form of earlier releases (the off switch for a user who hits a bad kernel).
+/// Read once per process.
+///
+/// ```
+/// // Unset in tests: on.
+/// assert!(atomrl_core::device::cuda_fused_kernels() || std::env::var("ATOMRL_CUDA_FUSED").is_ok());
+/// assert!(!atomrl_core::device::fused_switch_value(Some("0")));
+/// assert!(atomrl_core::device::fused_switch_value(None));
+/// ```
+pub fn cuda_fused_kernels() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    match FUSED_OVERRIDE.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => *ON.get_or_init(|| fused_switch_value(std::env::var(CUDA_FUSED_ENV).ok().as_deref())),
+    }
+}
+
+/// 0: follow the environment; 1: on; 2: off.
+static FUSED_OVERRIDE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Overrides [`cuda_fused_kernels`] for this process (`None`: follow the environment again),
+/// so that one process can compare the fused kernels with the tensor-op forms
+/// (`xtask device-check`).
+pub fn set_cuda_fused_kernels(on: Option<bool>) {
+    let v = match on {
+        None => 0,
+        Some(true) => 1,
+        Some(false) => 2,
+    };
+    FUSED_OVERRIDE.store(v, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// How a value of [`CUDA_FUSED_ENV`] reads (`None`: unset, which means on).
+pub fn fused_switch_value(value: Option<&str>) -> bool {
+    !matches!(
+        value.map(|v| v.trim().to_ascii_lowercase()).as_deref(),
+        Some("0" | "false" | "off" | "no")
+    )
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -11,6 +11,8 @@
 //!   `f16`), how every command names where and in what precision it computes.
 //! - [`ChatMessage`] (one message of a conversation) and [`hub_cache_dir`] (the Hugging Face
 //!   hub cache folder), shared by data and model loading.
+//! - [`profile`]: phase timers (device synchronised at each boundary) and an allocation
+//!   counter, the instrument of `cargo xtask bench --profile`.
 //! - [`Trajectory`] and [`ToolCallRecord`]: what a multi-turn tool rollout did, passed from
 //!   the sampler to the reward functions.
 //!
@@ -22,10 +24,13 @@
 
 pub mod chat;
 pub mod compare;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod device;
 pub mod error;
 pub mod golden;
 pub mod hub;
+pub mod profile;
 pub mod registry;
 pub mod shape;
 pub mod stage;

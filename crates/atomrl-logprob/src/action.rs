@@ -6,8 +6,7 @@ use candle_core::{DType, Tensor};
 
 use crate::fused::{chunk_head_log_softmax, chunk_log_softmax};
 use crate::selective::{
-    check_ids, check_mask, check_temperature, rows_log_softmax, TokenLogProbs,
-    DEFAULT_CHUNK_ELEMENTS,
+    check_ids, check_mask, check_temperature, chunk_elements_for, rows_log_softmax, TokenLogProbs,
 };
 
 /// Log-probabilities (and entropies) of the last `logits_to_keep` tokens of each row under
@@ -63,7 +62,7 @@ pub fn get_action_log_probs(
         logits_to_keep,
         temperature,
         with_entropy,
-        DEFAULT_CHUNK_ELEMENTS,
+        chunk_elements_for(model.device()),
     )
 }
 
@@ -173,6 +172,7 @@ pub(crate) fn score_hidden(
     keep: &Tensor,
     settings: &ScoreSettings,
 ) -> Result<TokenLogProbs> {
+    let _p = atomrl_core::profile::phase("forward.lm_head_log_softmax", hidden.device());
     let (n, t, h) = hidden.dims3().ctx(func)?;
     let hidden = hidden
         .contiguous()

@@ -40,7 +40,8 @@ pub use action::{get_action_log_probs, get_action_log_probs_chunked, FUSED_HEAD_
 pub use atomrl_core::{Error, Result};
 pub use registry::functions;
 pub use selective::{
-    selective_log_softmax, selective_log_softmax_chunked, TokenLogProbs, DEFAULT_CHUNK_ELEMENTS,
+    chunk_elements_for, selective_log_softmax, selective_log_softmax_chunked, TokenLogProbs,
+    DEFAULT_CHUNK_ELEMENTS, MAX_DEVICE_CHUNK_ELEMENTS,
 };
 pub use shared_prompt::{get_shared_prompt_log_probs, SharedPromptBatch};
 pub use training_batch::TrainingBatch;

@@ -6,7 +6,7 @@ use candle_core::{DType, Tensor};
 
 use crate::action::{score_hidden, ScoreSettings};
 use crate::selective::{
-    check_ids, check_mask, check_temperature, TokenLogProbs, DEFAULT_CHUNK_ELEMENTS,
+    check_ids, check_mask, check_temperature, chunk_elements_for, TokenLogProbs,
 };
 
 /// Completions grouped by prompt: the input of [`get_shared_prompt_log_probs`].
@@ -156,7 +156,7 @@ pub fn get_shared_prompt_log_probs(
     let settings = ScoreSettings {
         temperature,
         with_entropy,
-        chunk_elements: DEFAULT_CHUNK_ELEMENTS,
+        chunk_elements: chunk_elements_for(model.device()),
     };
     score_hidden(
         func,

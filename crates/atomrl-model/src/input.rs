@@ -224,6 +224,7 @@ pub(crate) fn attention_bias(
         past,
         pad: pad_keys,
         mask_value: MASK_VALUE,
+        pad_bias: pad.clone(),
     };
     Ok(AttentionBias { causal, pad, keys })
 }

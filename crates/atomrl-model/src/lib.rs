@@ -15,6 +15,8 @@
 //!   a folder transformers loads unchanged.
 //! - LoRA: [`CausalLm::add_lora`], [`CausalLm::merge_lora`], [`CausalLm::save_lora`] /
 //!   [`CausalLm::load_lora`] in PEFT's layout; base weights frozen with no gradient work.
+//! - [`kernel_check`]: each fused kernel alone on a device, against its tensor-op form (the
+//!   per-kernel rows of `xtask device-check`).
 //!
 //! ```
 //! use atomrl_model::{Architecture, CausalLm, ForwardInput, ModelConfig};
@@ -35,6 +37,7 @@ mod checkpoint;
 mod config;
 mod hub;
 mod input;
+pub mod kernel_check;
 mod kernels;
 mod linear;
 mod lora;

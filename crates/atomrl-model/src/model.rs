@@ -804,7 +804,11 @@ impl CausalLm {
             .to_dtype(DType::U32)
             .and_then(|t| t.to_device(&self.device))
             .ctx(func)?;
-        check_vocab(func, "input_ids", &ids, self.config.vocab_size)?;
+        {
+            // A host copy of the ids each forward (the decode step's too).
+            let _p = atomrl_core::profile::phase("host.check_input_ids", &self.device);
+            check_vocab(func, "input_ids", &ids, self.config.vocab_size)?;
+        }
         let past = match cache.as_deref_mut() {
             Some(c) => {
                 if c.layers.is_empty() {
@@ -877,6 +881,7 @@ impl CausalLm {
         .ctx(func)?;
         let cast;
         let net = if self.casts() {
+            let _p = atomrl_core::profile::phase("forward.cast_weights", &self.device);
             cast = self.net.cast(dtype).ctx(func)?;
             self.head_cache.set(Some(cast.head_cast(dtype).ctx(func)?));
             &cast

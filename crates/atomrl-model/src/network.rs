@@ -1,5 +1,6 @@
 //! The decoder network: attention, SwiGLU MLP, decoder layers, built from named tensors.
 
+use atomrl_core::profile;
 use candle_core::{DType, Result, Tensor};
 
 use crate::cache::KvCache;
@@ -214,8 +215,12 @@ impl DecoderLayer {
         slot: Option<(&mut KvCache, usize)>,
         train: bool,
     ) -> Result<Tensor> {
-        let h = rms_norm(x, &self.input_norm, self.eps, self.fused)?;
-        let x = (x + self.attn.forward(&h, rope, bias, slot, train)?)?;
+        let x = {
+            let _p = profile::phase("forward.layer.attention", x.device());
+            let h = rms_norm(x, &self.input_norm, self.eps, self.fused)?;
+            (x + self.attn.forward(&h, rope, bias, slot, train)?)?
+        };
+        let _p = profile::phase("forward.layer.mlp", x.device());
         let h = rms_norm(&x, &self.post_attn_norm, self.eps, self.fused)?;
         x + self.mlp.forward(&h, train)?
     }

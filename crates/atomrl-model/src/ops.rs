@@ -25,9 +25,18 @@ pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64, fused: bool) -> Re
         // The kernel sums the squares in f32 for every dtype, as below.
         return candle_nn::ops::rms_norm(&x.contiguous()?, &weight.contiguous()?, eps as f32);
     }
-    if crate::kernels::fused_on(x) && weight.dtype() == dtype && weight.device().is_cpu() {
+    if crate::kernels::fused_on(x)
+        && weight.dtype() == dtype
+        && weight.device().same_device(x.device())
+    {
         return crate::kernels::rms_norm(x, weight, eps);
     }
+    rms_norm_ops(x, weight, eps)
+}
+
+/// [`rms_norm`] from tensor ops (any device and dtype).
+pub(crate) fn rms_norm_ops(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+    let dtype = x.dtype();
     let xf = if matches!(dtype, DType::BF16 | DType::F16) {
         x.to_dtype(DType::F32)?
     } else {

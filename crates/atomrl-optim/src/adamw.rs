@@ -109,6 +109,10 @@ impl AdamW {
     /// # Errors
     /// A gradient whose shape differs from its parameter's.
     pub fn step(&mut self, grad: &dyn Fn(&str) -> Option<Tensor>, lr: f64) -> Result<()> {
+        let _p = self
+            .params
+            .first()
+            .map(|(_, v)| atomrl_core::profile::phase("optimizer.step", v.device()));
         self.step += 1;
         let c = self.config;
         let t = self.step as i32;

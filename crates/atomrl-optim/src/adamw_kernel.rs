@@ -1,4 +1,5 @@
-//! The AdamW update in place on f32 CPU tensors: three passes over memory and no allocation.
+//! The AdamW update in place on f32 tensors (CPU, and CUDA with the `cuda` feature: the
+//! kernels of atomrl-core's `cuda/optim.cu`): three passes over memory and no allocation.
 //!
 //! The tensor-op form allocates a new tensor for each of its ~12 ops per parameter; at
 //! Qwen2.5-0.5B's size that is ~24 GB of fresh buffers per step, each page-faulted in and
@@ -8,20 +9,7 @@
 
 use candle_core::{CpuStorage, InplaceOp2, InplaceOp3, Layout, Result};
 
-/// The contiguous f32 elements of a storage.
-fn f32s<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
-    match (s, l.contiguous_offsets()) {
-        (CpuStorage::F32(v), Some((a, b))) => Ok(&v[a..b]),
-        _ => candle_core::bail!("AdamW kernel: contiguous f32 tensors expected"),
-    }
-}
-
-fn f32s_mut<'a>(s: &'a mut CpuStorage, l: &Layout) -> Result<&'a mut [f32]> {
-    match (s, l.contiguous_offsets()) {
-        (CpuStorage::F32(v), Some((a, b))) => Ok(&mut v[a..b]),
-        _ => candle_core::bail!("AdamW kernel: contiguous f32 tensors expected"),
-    }
-}
+use crate::inplace::{f32s, f32s_mut};
 
 /// `moment ← moment · β + f(g) · (1 − β)` with `f(g) = g` (first moment) or `g²` (second).
 pub(crate) struct MomentUpdate {
@@ -56,6 +44,17 @@ impl InplaceOp2 for MomentUpdate {
             *m = (*m * b + 0.0) + (f * c + 0.0);
         }
         Ok(())
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &mut candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> Result<()> {
+        crate::cuda::adamw_moment(s1, l1, s2, l2, self.beta, self.squared)
     }
 }
 
@@ -102,10 +101,30 @@ impl InplaceOp3 for ParamUpdate {
         }
         Ok(())
     }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &mut candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<()> {
+        let scalars = crate::cuda::ParamScalars {
+            inv1: (1.0 / self.bias1) as f32,
+            inv2: (1.0 / self.bias2) as f32,
+            eps: self.eps as f32,
+            lr: self.lr as f32,
+            decay: (self.weight_decay > 0.0).then_some((1.0 - self.lr * self.weight_decay) as f32),
+        };
+        crate::cuda::adamw_param(s1, l1, s2, l2, s3, l3, &scalars)
+    }
 }
 
-/// Whether the in-place kernels apply: f32 CPU tensors.
+/// Whether the in-place kernels apply: f32 tensors on the CPU, or on CUDA with the `cuda`
+/// feature and `ATOMRL_CUDA_FUSED` not 0 (see [`crate::inplace::applies`]).
 pub(crate) fn applies(ts: &[&candle_core::Tensor]) -> bool {
-    ts.iter()
-        .all(|t| t.device().is_cpu() && t.dtype() == candle_core::DType::F32)
+    crate::inplace::applies(ts)
 }

@@ -15,9 +15,53 @@ const FUNC: &str = "Gradients";
 /// Kept in name order, so that [`global_norm`](Gradients::global_norm) adds the parameters'
 /// squared norms in the same order in every process: data-parallel ranks must compute the
 /// same clipping factor to the last bit.
+///
+/// A sum is first the backward pass's own gradient tensor (no copy); the first addition makes
+/// a buffer of its own, and later additions and clipping write into that buffer in place
+/// (bit-identical to the tensor-op form, without a parameter-sized allocation per micro-batch).
+/// A tensor returned by [`get`](Gradients::get) shares that buffer: read it before the next
+/// [`accumulate`](Gradients::accumulate), [`add`](Gradients::add) or
+/// [`clip_global_norm`](Gradients::clip_global_norm).
 #[derive(Debug, Default)]
 pub struct Gradients {
-    sums: BTreeMap<String, Tensor>,
+    sums: BTreeMap<String, Sum>,
+}
+
+/// One parameter's gradient sum.
+#[derive(Debug)]
+struct Sum {
+    tensor: Tensor,
+    /// Whether `tensor`'s buffer was allocated here and is shared with no backward pass, so
+    /// that it may be written in place.
+    owned: bool,
+}
+
+impl Sum {
+    /// `self += g`: in place when the buffer is ours, else into a new buffer that is.
+    fn add(&mut self, g: &Tensor) -> Result<()> {
+        if self.owned && crate::inplace::applies(&[&self.tensor, g]) && g.is_contiguous() {
+            self.tensor
+                .inplace_op2(g, &crate::inplace::AddAssign)
+                .ctx(FUNC)?;
+        } else {
+            self.tensor = (&self.tensor + g).ctx(FUNC)?;
+            self.owned = true;
+        }
+        Ok(())
+    }
+
+    /// `self *= scale` (candle's `tensor * scale`), in place when the buffer is ours.
+    fn scale(&mut self, scale: f64) -> Result<()> {
+        if self.owned && crate::inplace::applies(&[&self.tensor]) {
+            self.tensor
+                .inplace_op1(&crate::inplace::Scale(scale))
+                .ctx(FUNC)?;
+        } else {
+            self.tensor = (&self.tensor * scale).ctx(FUNC)?;
+            self.owned = true;
+        }
+        Ok(())
+    }
 }
 
 impl Gradients {
@@ -31,18 +75,34 @@ impl Gradients {
     /// # Errors
     /// When two gradients of a parameter cannot be added (shape mismatch).
     pub fn accumulate(&mut self, store: &GradStore, params: &[(String, Var)]) -> Result<()> {
+        let _p = params
+            .first()
+            .map(|(_, v)| atomrl_core::profile::phase("grads.accumulate", v.device()));
         for (name, var) in params {
             let Some(g) = store.get(var.as_tensor()) else {
                 continue;
             };
             let g = g.to_dtype(DType::F32).ctx(FUNC)?;
-            let sum = match self.sums.remove(name) {
-                Some(prev) => (prev + g).ctx(FUNC)?,
-                None => g,
-            };
-            self.sums.insert(name.clone(), sum);
+            self.add_one(name, g)?;
         }
         Ok(())
+    }
+
+    /// Adds `g` to the sum of `name` (a first gradient is kept as it is).
+    fn add_one(&mut self, name: &str, g: Tensor) -> Result<()> {
+        match self.sums.get_mut(name) {
+            Some(sum) => sum.add(&g),
+            None => {
+                self.sums.insert(
+                    name.to_string(),
+                    Sum {
+                        tensor: g,
+                        owned: false,
+                    },
+                );
+                Ok(())
+            }
+        }
     }
 
     /// Adds `other`'s gradients to these (`self + other`, element by element, in f32); a
@@ -67,11 +127,12 @@ impl Gradients {
     /// ```
     pub fn add(&mut self, other: Gradients) -> Result<()> {
         for (name, g) in other.sums {
-            let sum = match self.sums.remove(&name) {
-                Some(prev) => (prev + g).ctx(FUNC)?,
-                None => g,
-            };
-            self.sums.insert(name, sum);
+            match self.sums.get_mut(&name) {
+                Some(sum) => sum.add(&g.tensor)?,
+                None => {
+                    self.sums.insert(name, g);
+                }
+            }
         }
         Ok(())
     }
@@ -113,7 +174,12 @@ impl Gradients {
         let mut flat = Vec::with_capacity(total + params.len());
         for ((name, _), &n) in params.iter().zip(&sizes) {
             match self.sums.get(name) {
-                Some(g) => flat.extend(g.flatten_all().and_then(|g| g.to_vec1::<f32>()).ctx(FUNC)?),
+                Some(g) => flat.extend(
+                    g.tensor
+                        .flatten_all()
+                        .and_then(|g| g.to_vec1::<f32>())
+                        .ctx(FUNC)?,
+                ),
                 None => flat.resize(flat.len() + n, 0.0),
             }
         }
@@ -131,7 +197,13 @@ impl Gradients {
             if flat[total + i] > 0.0 {
                 let t = var.as_tensor();
                 let g = Tensor::from_slice(piece, t.dims(), t.device()).ctx(FUNC)?;
-                self.sums.insert(name.clone(), g);
+                self.sums.insert(
+                    name.clone(),
+                    Sum {
+                        tensor: g,
+                        owned: true,
+                    },
+                );
             } else {
                 self.sums.remove(name);
             }
@@ -141,7 +213,7 @@ impl Gradients {
 
     /// The summed gradient of `name`.
     pub fn get(&self, name: &str) -> Option<Tensor> {
-        self.sums.get(name).cloned()
+        self.sums.get(name).map(|s| s.tensor.clone())
     }
 
     /// `sqrt(Σ ‖g‖²)` over every parameter (computed in f64; NaN/Inf propagate).
@@ -149,15 +221,22 @@ impl Gradients {
     /// # Errors
     /// A tensor read failure.
     pub fn global_norm(&self) -> Result<f64> {
-        let mut total = 0.0f64;
-        for g in self.sums.values() {
-            let s: f32 = g
-                .sqr()
-                .and_then(|x| x.sum_all())
-                .and_then(|x| x.to_scalar())
-                .ctx(FUNC)?;
-            total += s as f64;
+        // Every squared norm stays on the device until one read at the end: on a GPU, one
+        // host synchronisation per step instead of one per parameter. The f32 partial sums
+        // are added in f64 in name order, as before, so the norm is unchanged to the bit.
+        let partials = self
+            .sums
+            .values()
+            .map(|g| g.tensor.sqr().and_then(|x| x.sum_all()))
+            .collect::<candle_core::Result<Vec<_>>>()
+            .ctx(FUNC)?;
+        if partials.is_empty() {
+            return Ok(0.0);
         }
+        let host = Tensor::stack(&partials, 0)
+            .and_then(|p| p.to_vec1::<f32>())
+            .ctx(FUNC)?;
+        let total: f64 = host.iter().map(|&s| s as f64).sum();
         Ok(total.sqrt())
     }
 
@@ -182,13 +261,98 @@ impl Gradients {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn clip_global_norm(&mut self, max_norm: f64) -> Result<f64> {
+        let _p = self
+            .sums
+            .values()
+            .next()
+            .map(|s| atomrl_core::profile::phase("grads.clip", s.tensor.device()));
         let norm = self.global_norm()?;
         if max_norm > 0.0 && norm.is_finite() && norm > max_norm {
             let scale = max_norm / (norm + 1e-6);
             for g in self.sums.values_mut() {
-                *g = (&*g * scale).ctx(FUNC)?;
+                g.scale(scale)?;
             }
         }
         Ok(norm)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// Three backward passes of `Σ w · r_k` (gradient `r_k`), with `w` used twice in the
+    /// first so that its gradient is a sum candle made.
+    fn stores(w: &Var) -> Vec<(GradStore, Tensor)> {
+        (0..3)
+            .map(|k| {
+                let r: Vec<f32> = (0..300)
+                    .map(|i| ((i * 7 + k * 13) as f32 * 0.37).sin() * 1e-2)
+                    .collect();
+                let r = Tensor::from_vec(r, 300, &Device::Cpu).expect("r");
+                let loss = (w.as_tensor() * &r)
+                    .and_then(|x| x.sum_all())
+                    .expect("loss");
+                let store = loss.backward().expect("backward");
+                let g = store
+                    .get(w.as_tensor())
+                    .expect("grad")
+                    .copy()
+                    .expect("copy");
+                (store, g)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn in_place_sums_and_clipping_equal_the_tensor_ops_and_leave_the_stores_alone() {
+        let w = Var::from_vec(vec![0.5f32; 300], 300, &Device::Cpu).expect("w");
+        let params = [("w".to_string(), w.clone())];
+        let runs = stores(&w);
+        let mut grads = Gradients::new();
+        for (store, _) in &runs {
+            grads.accumulate(store, &params).expect("accumulate");
+        }
+        let expected = ((&runs[0].1 + &runs[1].1).expect("sum") + &runs[2].1).expect("sum");
+        let got = grads.get("w").expect("w");
+        assert_eq!(
+            got.to_vec1::<f32>().expect("got"),
+            expected.to_vec1::<f32>().expect("expected")
+        );
+        // The backward passes' own tensors are untouched by the in-place additions.
+        for (store, original) in &runs {
+            let now = store.get(w.as_tensor()).expect("grad");
+            assert_eq!(
+                now.to_vec1::<f32>().expect("now"),
+                original.to_vec1::<f32>().expect("original")
+            );
+        }
+        let norm = grads.global_norm().expect("norm");
+        grads.clip_global_norm(norm / 4.0).expect("clip");
+        let scaled = (expected * ((norm / 4.0) / (norm + 1e-6))).expect("scaled");
+        assert_eq!(
+            grads
+                .get("w")
+                .expect("w")
+                .to_vec1::<f32>()
+                .expect("clipped"),
+            scaled.to_vec1::<f32>().expect("scaled")
+        );
+    }
+
+    #[test]
+    fn a_single_micro_batch_is_clipped_without_touching_its_store() {
+        let w = Var::from_vec(vec![0.5f32; 300], 300, &Device::Cpu).expect("w");
+        let params = [("w".to_string(), w.clone())];
+        let runs = stores(&w);
+        let mut grads = Gradients::new();
+        grads.accumulate(&runs[0].0, &params).expect("accumulate");
+        grads.clip_global_norm(1e-6).expect("clip");
+        let now = runs[0].0.get(w.as_tensor()).expect("grad");
+        assert_eq!(
+            now.to_vec1::<f32>().expect("now"),
+            runs[0].1.to_vec1::<f32>().expect("original")
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! accumulation and clipping.
 //!
 //! - [`AdamW`]: decoupled weight decay, f32 moments whatever the parameters' dtype, updated in
-//!   place on CPU; its state saves to and loads from safetensors for exact resume.
+//!   place on the CPU and on CUDA; its state saves to and loads from safetensors for exact resume.
 //! - [`Gradients`]: a named gradient set that accumulates micro-batches, scales and clips by
 //!   global norm.
 //! - [`learning_rate`], [`warmup_steps`], [`budget_schedule_step`]: warm-up then constant,
@@ -25,7 +25,10 @@
 
 mod adamw;
 mod adamw_kernel;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod grads;
+mod inplace;
 mod schedule;
 
 pub use adamw::{AdamW, AdamWConfig};

@@ -1,6 +1,6 @@
 //! [`generate_samples`]: G sampled completions per prompt, as a [`RolloutBatch`].
 
-use atomrl_core::{CandleContext, Error, Result};
+use atomrl_core::{profile, CandleContext, Error, Result};
 use atomrl_model::CausalLm;
 use candle_core::{DType, Device, Tensor};
 
@@ -132,7 +132,10 @@ fn generate(
     let vocab = model.config().vocab_size;
 
     let mut decoder = BatchDecoder::new(&view, mode);
-    let mut logits = decoder.prefill(prompts, g)?;
+    let mut logits = {
+        let _p = profile::phase("decode.prefill", view.device());
+        decoder.prefill(prompts, g)?
+    };
     let mut rngs: Vec<RowRng> = (0..r_total).map(|r| RowRng::new(params.seed, r)).collect();
     let mut completions: Vec<Vec<u32>> = vec![Vec::new(); r_total];
     let mut log_probs: Vec<Vec<f32>> = vec![Vec::new(); r_total];
@@ -148,6 +151,7 @@ fn generate(
         .then(|| Noise::for_device(view.device(), params.seed));
     loop {
         let active = decoder.active_rows().to_vec();
+        let pick_phase = profile::phase("decode.pick", view.device());
         let picks: Vec<(u32, f32)> = match device_noise.as_mut() {
             Some(noise) => {
                 let (tokens, lps) = device_pick::pick(&logits, params.temperature, noise)?;
@@ -177,6 +181,7 @@ fn generate(
                 picks
             }
         };
+        drop(pick_phase);
         let mut keep = Vec::with_capacity(active.len());
         let mut next = Vec::with_capacity(active.len());
         for (a, (&row, (tok, lp))) in active.iter().zip(picks).enumerate() {
@@ -210,6 +215,7 @@ fn generate(
         if keep.is_empty() {
             break;
         }
+        let _p = profile::phase("decode.step", view.device());
         decoder.retain(&keep)?;
         logits = decoder.step(&next)?;
     }

@@ -22,8 +22,14 @@ use crate::data::{DataSource, Example};
 /// own arena, whose heaps it trims on free whatever `M_TRIM_THRESHOLD` says, which brought the
 /// page faults back (two workers: 0.81 s for the example's forward + backward, one arena:
 /// 0.34 s; candle allocates few, large buffers, so sharing the arena's lock costs nothing
-/// measurable). Call once at the start of `main`; a no-op on platforms other than Linux with
-/// glibc.
+/// measurable). No buffer is mmapped at all (`M_MMAP_MAX = 0`): at Qwen2.5-0.5B a parameter's
+/// gradient is up to 544 MB, above any mmap threshold, and each was mapped, faulted in and
+/// unmapped again; the CPU training step then flipped between 13 s and 17–19 s from run to run
+/// with the number of page faults (9 vs 11–12 million), and with every buffer in the retained
+/// heap it takes 13.2–13.9 s every time with 4 million faults and the same peak memory
+/// (2-core AMD EPYC; on a 2-core Intel Xeon the same setting gave 24.4 → 20.6 s,
+/// docs/performance.md). Call once at the start of `main`; a no-op on platforms other than
+/// Linux with glibc.
 pub fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[allow(unsafe_code)]
@@ -32,10 +38,36 @@ pub fn tune_allocator() {
         // thread exists, with valid option constants and values.
         unsafe {
             libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+            libc::mallopt(libc::M_MMAP_MAX, 0);
             libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
             libc::mallopt(libc::M_ARENA_MAX, 1);
         }
     }
+}
+
+/// `ATOMRL_PROFILE=1`: time and count the phases of a training run
+/// ([`atomrl_core::profile`]; synchronising the device at every phase boundary slows the run).
+/// Turns profiling on when the variable says so; returns whether it did.
+pub fn profile_from_env() -> bool {
+    let on = std::env::var("ATOMRL_PROFILE").is_ok_and(|v| !matches!(v.trim(), "" | "0"));
+    if on {
+        atomrl_core::profile::enable(true);
+        atomrl_core::profile::reset();
+    }
+    on
+}
+
+/// Writes the recorded phases to `output_dir/profile.json` and returns them as a table.
+///
+/// # Errors
+/// The file cannot be written.
+pub fn write_profile(output_dir: &std::path::Path) -> Result<String> {
+    let phases = atomrl_core::profile::report();
+    let path = output_dir.join("profile.json");
+    let json = serde_json::to_string_pretty(&phases)
+        .map_err(|e| atomrl_core::Error::file(path.display(), e))?;
+    std::fs::write(&path, json).map_err(|e| atomrl_core::Error::file(path.display(), e))?;
+    Ok(atomrl_core::profile::format_table("the run", &phases))
 }
 
 /// Models up to this many parameters train on the CPU with data-parallel workers of one

@@ -16,6 +16,10 @@ use std::process::ExitCode;
 use std::rc::Rc;
 
 use anyhow::Result;
+
+/// Counts allocations for `ATOMRL_PROFILE=1` runs (one atomic load per allocation otherwise).
+#[global_allocator]
+static ALLOCATOR: atomrl_core::profile::CountingAllocator = atomrl_core::profile::CountingAllocator;
 use atomrl_core::DeviceSpec;
 use atomrl_dist::{Collective, SingleProcess};
 use atomrl_trainer::config::{load_args, GRPOArgs, Recipe};

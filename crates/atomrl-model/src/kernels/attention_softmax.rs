@@ -18,6 +18,10 @@ pub(crate) struct KeyMask {
     pub past: usize,
     pub pad: Option<Arc<Vec<bool>>>,
     pub mask_value: f64,
+    /// The key-padding bias on the device, `[N, 1, 1, S]` (0 or `mask_value`), for the CUDA
+    /// kernel, which reads it instead of `pad`.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub pad_bias: Option<Tensor>,
 }
 
 struct AttentionSoftmax {
@@ -101,7 +105,21 @@ impl CustomOp1 for AttentionSoftmax {
         Ok((out, layout.shape().clone()))
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        storage: &candle_core::CudaStorage,
+        layout: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let out = super::cuda::attn_softmax_fwd(storage, layout, self.scale, &self.mask)?;
+        Ok((out, layout.shape().clone()))
+    }
+
     fn bwd(&self, scores: &Tensor, res: &Tensor, g: &Tensor) -> Result<Option<Tensor>> {
+        #[cfg(feature = "cuda")]
+        if scores.device().is_cuda() {
+            return Ok(Some(super::cuda::attn_softmax_bwd(res, g, self.scale)?));
+        }
         let s = scores.dim(3)?;
         fn run<T: Real>(op: &AttentionSoftmax, p: &Tensor, g: &Tensor, s: usize) -> Result<Tensor> {
             let dx = with_elements::<T, _>(p, |p| {
@@ -118,7 +136,8 @@ impl CustomOp1 for AttentionSoftmax {
     }
 }
 
-/// Attention probabilities `[N, H, L, S]` of raw scores `q·kᵀ [N, H, L, S]` (f32/f64, CPU).
+/// Attention probabilities `[N, H, L, S]` of raw scores `q·kᵀ [N, H, L, S]` (f32/f64 on the
+/// CPU, f32/bf16/f16 on CUDA).
 pub(crate) fn attention_softmax(scores: &Tensor, scale: f64, mask: &KeyMask) -> Result<Tensor> {
     scores.contiguous()?.apply_op1(AttentionSoftmax {
         scale,
@@ -170,6 +189,7 @@ mod tests {
                 past,
                 pad: Some(pad.clone()),
                 mask_value: -1e9,
+                pad_bias: None,
             };
             for (dtype, tol) in [(DType::F64, 1e-12), (DType::F32, 1e-6)] {
                 let scores = var(&[2, 3, l, 5], dtype, 5 + past as u64);
@@ -190,6 +210,7 @@ mod tests {
             past: 0,
             pad: None,
             mask_value: -1e9,
+            pad_bias: None,
         };
         let scores = var(&[1, 2, 1, 7], DType::F64, 8);
         agree(

@@ -12,12 +12,16 @@
 //! - [`rope`]: rotary embeddings (rotate-half layout);
 //! - [`swiglu`]: `silu(gate) · up`.
 //!
-//! They run for f32 and f64 tensors on the CPU; other dtypes and devices take the tensor-op
-//! forms of [`crate::ops`] (on CUDA those are graph nodes of cuBLAS/elementwise kernels that
-//! the generation view already fuses). Each kernel is tested against its tensor-op form for
-//! values and gradients.
+//! They run for f32 and f64 tensors on the CPU, and (feature `cuda`) for f32, bf16 and f16
+//! tensors on CUDA, where `cuda.rs` launches atomrl-core's `cuda/model.cu` (one block per row,
+//! f32 arithmetic) in their forward and backward; `ATOMRL_CUDA_FUSED=0` sends CUDA back to the
+//! tensor-op forms of [`crate::ops`]. Each kernel is tested against its tensor-op form for
+//! values and gradients on the CPU; `xtask device-check` compares the CUDA forms with the CPU
+//! and with the tensor-op forms on the device.
 
 mod attention_softmax;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod rms_norm;
 mod rope;
 mod swiglu;
@@ -39,9 +43,69 @@ pub(crate) trait Real:
 impl Real for f32 {}
 impl Real for f64 {}
 
-/// Whether the fused kernels handle tensors like `t` (CPU, f32 or f64).
+/// Whether the fused kernels handle tensors like `t`: f32 or f64 on the CPU; f32, bf16 or f16
+/// on CUDA with the `cuda` feature, unless `ATOMRL_CUDA_FUSED=0`
+/// ([`atomrl_core::device::cuda_fused_kernels`]).
 pub(crate) fn fused_on(t: &Tensor) -> bool {
-    t.device().is_cpu() && matches!(t.dtype(), DType::F32 | DType::F64)
+    if t.device().is_cpu() {
+        return matches!(t.dtype(), DType::F32 | DType::F64);
+    }
+    #[cfg(feature = "cuda")]
+    if t.device().is_cuda() {
+        return atomrl_core::device::cuda_fused_kernels()
+            && cuda::supports(t.dtype())
+            && verified_on(t.device());
+    }
+    false
+}
+
+/// Whether the CUDA kernels passed their self-check on `device`: the first time they are
+/// asked for on a GPU, each kernel runs once fused and once in its tensor-op form on that GPU
+/// ([`crate::kernel_check::self_check`]); if any output or gradient disagrees, or is not
+/// finite, a warning says which and this process keeps the tensor-op forms on that GPU. A
+/// bad kernel (a driver or architecture the kernels were not checked on) thus costs speed,
+/// not correctness.
+#[cfg(feature = "cuda")]
+fn verified_on(device: &candle_core::Device) -> bool {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    #[derive(Clone, Copy, PartialEq)]
+    enum State {
+        Checking,
+        Good,
+        Bad,
+    }
+    static STATES: Mutex<BTreeMap<usize, State>> = Mutex::new(BTreeMap::new());
+    let candle_core::DeviceLocation::Cuda { gpu_id } = device.location() else {
+        return false;
+    };
+    {
+        let Ok(mut states) = STATES.lock() else {
+            return false;
+        };
+        match states.get(&gpu_id) {
+            // While checking, the check's own fused runs must reach the kernels.
+            Some(State::Good | State::Checking) => return true,
+            Some(State::Bad) => return false,
+            None => {
+                states.insert(gpu_id, State::Checking);
+            }
+        }
+    }
+    let state = match crate::kernel_check::self_check(device) {
+        Ok(()) => State::Good,
+        Err(why) => {
+            eprintln!(
+                "warning: AtomRL's fused CUDA kernels failed their self-check on cuda:{gpu_id} \
+                 ({why}); using the tensor-op forms there (ATOMRL_CUDA_FUSED=0 skips the check)"
+            );
+            State::Bad
+        }
+    };
+    if let Ok(mut states) = STATES.lock() {
+        states.insert(gpu_id, state);
+    }
+    state == State::Good
 }
 
 /// The contiguous elements of a CPU storage under `layout`.

@@ -82,6 +82,18 @@ impl CustomOp2 for RmsNorm {
         Ok((out, l1.shape().clone()))
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let out = super::cuda::rms_norm_fwd(s1, l1, s2, l2, self.eps)?;
+        Ok((out, l1.shape().clone()))
+    }
+
     fn bwd(
         &self,
         x: &Tensor,
@@ -89,6 +101,11 @@ impl CustomOp2 for RmsNorm {
         _res: &Tensor,
         g: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        #[cfg(feature = "cuda")]
+        if x.device().is_cuda() {
+            let (dx, dw) = super::cuda::rms_norm_bwd(x, w, g, self.eps, w.track_op())?;
+            return Ok((Some(dx), dw));
+        }
         fn run<T: Real>(
             op: &RmsNorm,
             x: &Tensor,
@@ -117,7 +134,8 @@ impl CustomOp2 for RmsNorm {
     }
 }
 
-/// RMSNorm of `x [.., H]` with `weight [H]` (f32/f64 CPU tensors of one dtype) → `[.., H]`.
+/// RMSNorm of `x [.., H]` with `weight [H]` (one dtype: f32/f64 on the CPU, f32/bf16/f16 on
+/// CUDA) → `[.., H]`.
 pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
     x.contiguous()?
         .apply_op2(&weight.contiguous()?, RmsNorm { eps })

@@ -59,7 +59,21 @@ impl CustomOp1 for Rope {
         Ok((out, layout.shape().clone()))
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        storage: &candle_core::CudaStorage,
+        layout: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let out = super::cuda::rope(storage, layout, &self.cos, &self.sin, false)?;
+        Ok((out, layout.shape().clone()))
+    }
+
     fn bwd(&self, x: &Tensor, _res: &Tensor, g: &Tensor) -> Result<Option<Tensor>> {
+        #[cfg(feature = "cuda")]
+        if x.device().is_cuda() {
+            return Ok(Some(super::cuda::rope_bwd(g, &self.cos, &self.sin)?));
+        }
         let dims = x.dims();
         let dx = match x.dtype() {
             DType::F32 => with_elements::<f32, _>(g, |g| self.run(g, dims, true))
@@ -81,13 +95,15 @@ pub(crate) fn rope_fits(x: &Tensor, cos: &Tensor, sin: &Tensor) -> bool {
                 && d % 2 == 0
                 && cos.dtype() == x.dtype()
                 && sin.dtype() == x.dtype()
+                && cos.device().same_device(x.device())
+                && sin.device().same_device(x.device())
         }
         _ => false,
     }
 }
 
-/// Rotary embeddings of `x [N, H, L, d]` with `cos`, `sin [N, 1, L, d]` (f32/f64 CPU, one
-/// dtype; see [`rope_fits`]) → `[N, H, L, d]`.
+/// Rotary embeddings of `x [N, H, L, d]` with `cos`, `sin [N, 1, L, d]` (one dtype and device:
+/// f32/f64 on the CPU, f32/bf16/f16 on CUDA; see [`rope_fits`]) → `[N, H, L, d]`.
 pub(crate) fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     x.contiguous()?.apply_op1(Rope {
         cos: cos.contiguous()?,

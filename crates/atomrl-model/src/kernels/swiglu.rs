@@ -59,6 +59,25 @@ impl CustomOp2 for SwiGlu {
         Ok((out, l1.shape().clone()))
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        if l1.shape() != l2.shape() {
+            candle_core::bail!(
+                "atomrl-swiglu: gate {:?} and up {:?} differ",
+                l1.dims(),
+                l2.dims()
+            );
+        }
+        let out = super::cuda::swiglu_fwd(s1, l1, s2, l2)?;
+        Ok((out, l1.shape().clone()))
+    }
+
     fn bwd(
         &self,
         gate: &Tensor,
@@ -66,6 +85,11 @@ impl CustomOp2 for SwiGlu {
         _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        #[cfg(feature = "cuda")]
+        if gate.device().is_cuda() {
+            let (dg, du) = super::cuda::swiglu_bwd(gate, up, grad)?;
+            return Ok((Some(dg), Some(du)));
+        }
         fn run<T: Real>(
             gate: &Tensor,
             up: &Tensor,
@@ -89,7 +113,8 @@ impl CustomOp2 for SwiGlu {
     }
 }
 
-/// `silu(gate) · up` of two `[.., I]` tensors (f32/f64 CPU, one dtype) → `[.., I]`.
+/// `silu(gate) · up` of two `[.., I]` tensors (one dtype: f32/f64 on the CPU, f32/bf16/f16 on
+/// CUDA) → `[.., I]`.
 pub(crate) fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     gate.contiguous()?.apply_op2(&up.contiguous()?, SwiGlu)
 }

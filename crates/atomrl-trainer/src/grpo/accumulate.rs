@@ -3,7 +3,7 @@
 use std::ops::Range;
 
 use atomrl_core::shape::scalar_f64;
-use atomrl_core::{CandleContext, Result};
+use atomrl_core::{profile, CandleContext, Result};
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 
@@ -223,13 +223,18 @@ fn micro_backward<T>(
     if mb.completion_tokens(FUNC)? == 0.0 {
         return Ok(Micro::Empty);
     }
+    let forward = profile::phase("train.forward", mb.input_ids.device());
     let Some((mut loss, extra)) = micro_loss(&mb, range.start)? else {
         return Ok(Micro::NonFinite);
     };
+    drop(forward);
     if inject_nan {
         loss = (loss * f64::NAN).ctx(FUNC)?;
     }
-    let store = loss.backward().ctx(FUNC)?;
+    let store = {
+        let _p = profile::phase("train.backward", loss.device());
+        loss.backward().ctx(FUNC)?
+    };
     let loss = scalar_f64(FUNC, &loss)?;
     Ok(Micro::Done { store, loss, extra })
 }

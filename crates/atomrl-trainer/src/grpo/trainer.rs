@@ -253,6 +253,7 @@ impl Trainer {
         let started = Instant::now();
         let output_dir = PathBuf::from(&self.args.output_dir);
         let lead = self.comm.rank() == 0;
+        let profiling = crate::runtime::profile_from_env();
         let total = self.total_steps();
         let (mut state, mut sampler) = self.start_state(&output_dir)?;
         self.broadcast_weights()?;
@@ -310,6 +311,9 @@ impl Trainer {
             if last {
                 break;
             }
+        }
+        if profiling && lead {
+            logger.println(crate::runtime::write_profile(&output_dir)?);
         }
         logger.flush()?;
         let charts = logger.finish()?;

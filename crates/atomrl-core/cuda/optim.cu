@@ -1,0 +1,53 @@
+// In-place optimizer kernels for f32 CUDA tensors (launched by atomrl-optim, feature `cuda`).
+//
+// Each replaces a chain of candle tensor ops that allocated a fresh buffer per op: gradient
+// accumulation (a += b), clipping (a *= s) and AdamW's two moment updates and parameter update.
+// Arithmetic is the CPU kernels' (adamw_kernel.rs, inplace.rs), operation for operation, with the
+// round-to-nearest intrinsics so that nvcc cannot contract a multiply and an add into an FMA: the
+// results equal the CPU's f32 results bit for bit (checked by `xtask device-check`).
+//
+// Grid-stride loops: one launch covers a tensor of any size with a bounded grid.
+
+#include <stddef.h>
+
+#define GRID_STRIDE(i, n) \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+         i += (size_t)blockDim.x * gridDim.x)
+
+// a[i] += b[i]
+extern "C" __global__ void atomrl_add_assign_f32(float *a, const float *b, size_t n) {
+    GRID_STRIDE(i, n) { a[i] = __fadd_rn(a[i], b[i]); }
+}
+
+// a[i] = a[i] * s + 0 (candle's affine with add = 0, as `tensor * scalar`)
+extern "C" __global__ void atomrl_scale_f32(float *a, float s, size_t n) {
+    GRID_STRIDE(i, n) { a[i] = __fadd_rn(__fmul_rn(a[i], s), 0.0f); }
+}
+
+// m[i] = (m[i] * beta + 0) + (f(g[i]) * (1 - beta) + 0), f(g) = g or g * g
+extern "C" __global__ void atomrl_adamw_moment_f32(float *m, const float *g, float beta,
+                                                   float one_minus_beta, int squared, size_t n) {
+    GRID_STRIDE(i, n) {
+        float gi = g[i];
+        float f = squared ? __fmul_rn(gi, gi) : gi;
+        float a = __fadd_rn(__fmul_rn(m[i], beta), 0.0f);
+        float b = __fadd_rn(__fmul_rn(f, one_minus_beta), 0.0f);
+        m[i] = __fadd_rn(a, b);
+    }
+}
+
+// theta[i] = decayed - (update * lr + 0), update = (m * inv1 + 0) / (sqrt(v * inv2 + 0) * 1 + eps),
+// decayed = theta * decay + 0 when has_decay, else theta.
+extern "C" __global__ void atomrl_adamw_param_f32(float *theta, const float *m, const float *v,
+                                                  float inv1, float inv2, float eps, float lr,
+                                                  float decay, int has_decay, size_t n) {
+    GRID_STRIDE(i, n) {
+        float mh = __fadd_rn(__fmul_rn(m[i], inv1), 0.0f);
+        float vh = __fadd_rn(__fmul_rn(v[i], inv2), 0.0f);
+        float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vh), 1.0f), eps);
+        float update = __fdiv_rn(mh, denom);
+        float t = theta[i];
+        float decayed = has_decay ? __fadd_rn(__fmul_rn(t, decay), 0.0f) : t;
+        theta[i] = __fsub_rn(decayed, __fadd_rn(__fmul_rn(update, lr), 0.0f));
+    }
+}

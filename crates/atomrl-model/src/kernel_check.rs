@@ -1,0 +1,237 @@
+//! Each fused decoder kernel alone on a device, for `xtask device-check`: the same random
+//! inputs through the fused kernel or its tensor-op form, with the output and the gradient of
+//! every input, so that a device can be compared kernel by kernel with the CPU and with the
+//! tensor-op forms on the same device.
+
+use std::sync::Arc;
+
+use candle_core::{DType, Device, Result, Tensor, Var, D};
+
+use crate::kernels::{self, KeyMask};
+use crate::ops;
+
+/// A kernel's output and its inputs' gradients, by name (`out`, `d/x`, ...).
+pub type KernelOutputs = Vec<(String, Tensor)>;
+
+/// Deterministic values in about `[-2, 2]`.
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % 4001) as f32 / 1000.0 - 2.0
+        })
+        .collect()
+}
+
+fn input(dims: &[usize], seed: u64, dtype: DType, device: &Device) -> Result<Var> {
+    let n = dims.iter().product();
+    let t = Tensor::from_vec(values(n, seed), dims, &Device::Cpu)?
+        .to_dtype(dtype)?
+        .to_device(device)?;
+    Var::from_tensor(&t)
+}
+
+/// `out` and the gradients of `Σ out · r` (fixed random `r`) with respect to `inputs`.
+fn outputs(out: Tensor, inputs: &[(&str, &Var)]) -> Result<KernelOutputs> {
+    let r = input(out.dims(), 99, out.dtype(), out.device())?;
+    let grads = (&out * r.as_tensor())?
+        .to_dtype(DType::F32)?
+        .sum_all()?
+        .backward()?;
+    let mut named = vec![("out".to_string(), out)];
+    for (name, v) in inputs {
+        if let Some(g) = grads.get(v.as_tensor()) {
+            named.push((format!("d/{name}"), g.clone()));
+        }
+    }
+    Ok(named)
+}
+
+/// The fused kernel when `fused` and the device and dtype have one, else the tensor-op form.
+fn pick(fused: bool, t: &Tensor) -> bool {
+    fused && kernels::fused_on(t)
+}
+
+/// The kernel names [`run`] takes.
+pub const KERNELS: [&str; 4] = ["rms-norm", "swiglu", "rope", "attention-softmax"];
+
+/// Runs kernel `name` (one of [`KERNELS`]) on `device` in `dtype`, fused when `fused` (and
+/// available for the device and dtype), else in its tensor-op form.
+///
+/// Shapes: RMSNorm `x [3, 5, 96]`, `w [96]`; SwiGLU `[3, 5, 80]`; RoPE `x [2, 3, 6, 16]` with
+/// tables `[2, 1, 6, 16]`; attention softmax scores `[2, 3, 4, 7]` after 3 cached positions,
+/// causal, with the second row's first two keys padded.
+///
+/// # Errors
+/// An unknown `name`, or a tensor failure on the device.
+///
+/// ```
+/// use atomrl_model::kernel_check::{run, KERNELS};
+/// use candle_core::{DType, Device};
+/// for k in KERNELS {
+///     let fused = run(k, &Device::Cpu, DType::F32, true)?;
+///     let plain = run(k, &Device::Cpu, DType::F32, false)?;
+///     assert_eq!(fused.len(), plain.len());
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn run(name: &str, device: &Device, dtype: DType, fused: bool) -> Result<KernelOutputs> {
+    match name {
+        "rms-norm" => {
+            let x = input(&[3, 5, 96], 1, dtype, device)?;
+            let w = input(&[96], 2, dtype, device)?;
+            let out = if pick(fused, x.as_tensor()) {
+                kernels::rms_norm(x.as_tensor(), w.as_tensor(), 1e-6)?
+            } else {
+                ops::rms_norm_ops(x.as_tensor(), w.as_tensor(), 1e-6)?
+            };
+            outputs(out, &[("x", &x), ("w", &w)])
+        }
+        "swiglu" => {
+            let g = input(&[3, 5, 80], 3, dtype, device)?;
+            let u = input(&[3, 5, 80], 4, dtype, device)?;
+            let out = if pick(fused, g.as_tensor()) {
+                kernels::swiglu(g.as_tensor(), u.as_tensor())?
+            } else {
+                (g.as_tensor().silu()? * u.as_tensor())?
+            };
+            outputs(out, &[("gate", &g), ("up", &u)])
+        }
+        "rope" => {
+            let x = input(&[2, 3, 6, 16], 5, dtype, device)?;
+            let cos = input(&[2, 1, 6, 16], 6, dtype, device)?
+                .as_tensor()
+                .detach();
+            let sin = input(&[2, 1, 6, 16], 7, dtype, device)?
+                .as_tensor()
+                .detach();
+            let out = if pick(fused, x.as_tensor()) && kernels::rope_fits(x.as_tensor(), &cos, &sin)
+            {
+                kernels::rope(x.as_tensor(), &cos, &sin)?
+            } else {
+                ops::apply_rope_ops(x.as_tensor(), &cos, &sin)?
+            };
+            outputs(out, &[("x", &x)])
+        }
+        "attention-softmax" => attention(device, dtype, fused),
+        other => candle_core::bail!(
+            "kernel_check: unknown kernel `{other}`, expected one of {KERNELS:?}"
+        ),
+    }
+}
+
+/// Runs every kernel on `device` in f32, fused and in its tensor-op form, and checks that
+/// each output and gradient agrees to 1e-4 (relative L2 norm) and is finite: the self-check
+/// the CUDA kernels pass before a process uses them on a GPU.
+///
+/// # Errors
+/// The first disagreement, naming the kernel and the tensor, or a tensor failure.
+///
+/// ```
+/// atomrl_model::kernel_check::self_check(&candle_core::Device::Cpu)?;
+/// # Ok::<(), String>(())
+/// ```
+pub fn self_check(device: &Device) -> std::result::Result<(), String> {
+    for k in KERNELS {
+        let fused = run(k, device, DType::F32, true).map_err(|e| format!("{k}: {e}"))?;
+        let plain = run(k, device, DType::F32, false).map_err(|e| format!("{k}: {e}"))?;
+        for ((name, a), (_, b)) in fused.iter().zip(&plain) {
+            let rel = relative_difference(a, b).map_err(|e| format!("{k} {name}: {e}"))?;
+            if rel.is_nan() || rel > 1e-4 {
+                return Err(format!(
+                    "{k} {name} differs from the tensor-op form by {rel:e}"
+                ));
+            }
+        }
+        if fused.len() != plain.len() {
+            return Err(format!(
+                "{k}: {} outputs against {}",
+                fused.len(),
+                plain.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `‖a − b‖₂ / ‖b‖₂` in f32 on the CPU (NaN when either is not finite).
+fn relative_difference(a: &Tensor, b: &Tensor) -> Result<f32> {
+    let a = a.to_device(&Device::Cpu)?.to_dtype(DType::F32)?;
+    let b = b.to_device(&Device::Cpu)?.to_dtype(DType::F32)?;
+    let err = (&a - &b)?.sqr()?.sum_all()?.to_scalar::<f32>()?.sqrt();
+    let norm = b.sqr()?.sum_all()?.to_scalar::<f32>()?.sqrt();
+    let sum = a.sum_all()?.to_scalar::<f32>()?;
+    Ok(if sum.is_finite() {
+        err / norm.max(1e-30)
+    } else {
+        f32::NAN
+    })
+}
+
+/// The attention-softmax case of [`run`].
+fn attention(device: &Device, dtype: DType, fused: bool) -> Result<KernelOutputs> {
+    let (n, s, past, l) = (2, 7, 3, 4);
+    let scores = input(&[n, 3, l, s], 8, dtype, device)?;
+    let pad: Vec<bool> = (0..n * s).map(|i| i / s == 1 && i % s < 2).collect();
+    let pad_bias: Vec<f32> = pad
+        .iter()
+        .map(|&p| if p { crate::MASK_VALUE as f32 } else { 0.0 })
+        .collect();
+    let pad_bias = Tensor::from_vec(pad_bias, (n, 1, 1, s), &Device::Cpu)?
+        .to_dtype(dtype)?
+        .to_device(device)?;
+    let scale = 0.35;
+    let out = if pick(fused, scores.as_tensor()) {
+        let mask = KeyMask {
+            causal: true,
+            past,
+            pad: Some(Arc::new(pad)),
+            mask_value: crate::MASK_VALUE,
+            pad_bias: Some(pad_bias),
+        };
+        kernels::attention_softmax(scores.as_tensor(), scale, &mask)?
+    } else {
+        // The tensor-op form of the training forward: scale, add the bias tensors, softmax.
+        let mut causal = vec![0f32; l * s];
+        for i in 0..l {
+            for j in (past + i + 1)..s {
+                causal[i * s + j] = crate::MASK_VALUE as f32;
+            }
+        }
+        let causal = Tensor::from_vec(causal, (1, 1, l, s), &Device::Cpu)?
+            .to_dtype(dtype)?
+            .to_device(device)?;
+        let x = (scores.as_tensor() * scale)?
+            .broadcast_add(&causal)?
+            .broadcast_add(&pad_bias)?;
+        ops::softmax_last(&x, false)?
+    };
+    debug_assert_eq!(out.dim(D::Minus1)?, s);
+    outputs(out, &[("scores", &scores)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cpu_kernels_pass_the_self_check_and_a_nan_fails_it() {
+        assert_eq!(self_check(&Device::Cpu), Ok(()));
+        let a = Tensor::new(&[1f32, f32::NAN], &Device::Cpu).expect("a");
+        let b = Tensor::new(&[1f32, 2.0], &Device::Cpu).expect("b");
+        assert!(relative_difference(&a, &b).expect("diff").is_nan());
+        assert_eq!(relative_difference(&b, &b).expect("diff"), 0.0);
+    }
+
+    #[test]
+    fn an_unknown_kernel_is_named_in_the_error() {
+        let err = run("layer-norm", &Device::Cpu, DType::F32, true).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown kernel `layer-norm`"),
+            "{err}"
+        );
+    }
+}

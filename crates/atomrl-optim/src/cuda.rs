@@ -1,0 +1,140 @@
+//! Launches of the in-place CUDA kernels of atomrl-core's `cuda/optim.cu`
+//! ([`atomrl_core::cuda::OPTIM_PTX`]), loaded once per device as one custom module.
+// Kernel launches are FFI; each `unsafe` block states what the kernel touches.
+#![allow(unsafe_code)]
+
+use atomrl_core::cuda::{contiguous_range as range, elementwise_launch as config};
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
+use candle_core::cuda_backend::WrapErr;
+use candle_core::{CudaStorage, Layout, Result};
+
+/// The kernels' PTX.
+const PTX: &str = atomrl_core::cuda::OPTIM_PTX;
+/// The module name the device caches the PTX under.
+const MODULE: &str = "atomrl_optim";
+
+/// Checks that two element ranges have the same length.
+fn same_len(a: (usize, usize), b: (usize, usize), op: &str) -> Result<usize> {
+    let n = a.1 - a.0;
+    if b.1 - b.0 != n {
+        candle_core::bail!("{op}: {n} elements against {}", b.1 - b.0);
+    }
+    Ok(n)
+}
+
+/// `a += b` (f32).
+pub(crate) fn add_assign(
+    a: &mut CudaStorage,
+    la: &Layout,
+    b: &CudaStorage,
+    lb: &Layout,
+) -> Result<()> {
+    let (ra, rb) = (range(la, "a")?, range(lb, "b")?);
+    let n = same_len(ra, rb, "atomrl-add-assign")?;
+    let func = a
+        .device()
+        .get_or_load_custom_func("atomrl_add_assign_f32", MODULE, PTX)?;
+    let bv = b.as_cuda_slice::<f32>()?.slice(rb.0..rb.1);
+    let mut av = a.as_cuda_slice_mut::<f32>()?.slice_mut(ra.0..ra.1);
+    let mut builder = func.builder();
+    builder.arg(&mut av);
+    builder.arg(&bv);
+    builder.arg(&n);
+    // SAFETY: the kernel reads and writes `n` elements of the two views, whose lengths were
+    // checked; the argument types match its signature in optim.cu.
+    unsafe { builder.launch(config(n)) }.w()?;
+    Ok(())
+}
+
+/// `a = a * s + 0` (f32).
+pub(crate) fn scale(a: &mut CudaStorage, la: &Layout, s: f32) -> Result<()> {
+    let ra = range(la, "a")?;
+    let n = ra.1 - ra.0;
+    let func = a
+        .device()
+        .get_or_load_custom_func("atomrl_scale_f32", MODULE, PTX)?;
+    let mut av = a.as_cuda_slice_mut::<f32>()?.slice_mut(ra.0..ra.1);
+    let mut builder = func.builder();
+    builder.arg(&mut av);
+    builder.arg(&s);
+    builder.arg(&n);
+    // SAFETY: `n` elements of the view; argument types as in optim.cu.
+    unsafe { builder.launch(config(n)) }.w()?;
+    Ok(())
+}
+
+/// AdamW's moment update in place: `m = (m·β + 0) + (f(g)·(1 − β) + 0)`.
+pub(crate) fn adamw_moment(
+    m: &mut CudaStorage,
+    lm: &Layout,
+    g: &CudaStorage,
+    lg: &Layout,
+    beta: f64,
+    squared: bool,
+) -> Result<()> {
+    let (rm, rg) = (range(lm, "moment")?, range(lg, "gradient")?);
+    let n = same_len(rm, rg, "atomrl-adamw-moment")?;
+    let func = m
+        .device()
+        .get_or_load_custom_func("atomrl_adamw_moment_f32", MODULE, PTX)?;
+    let gv = g.as_cuda_slice::<f32>()?.slice(rg.0..rg.1);
+    let mut mv = m.as_cuda_slice_mut::<f32>()?.slice_mut(rm.0..rm.1);
+    let (b, c, sq) = (beta as f32, (1.0 - beta) as f32, i32::from(squared));
+    let mut builder = func.builder();
+    builder.arg(&mut mv);
+    builder.arg(&gv);
+    builder.arg(&b);
+    builder.arg(&c);
+    builder.arg(&sq);
+    builder.arg(&n);
+    // SAFETY: `n` elements of each view (lengths checked); argument types as in optim.cu.
+    unsafe { builder.launch(config(n)) }.w()?;
+    Ok(())
+}
+
+/// The scalars of AdamW's parameter update, as f32 (see `adamw_kernel::ParamUpdate`).
+pub(crate) struct ParamScalars {
+    pub inv1: f32,
+    pub inv2: f32,
+    pub eps: f32,
+    pub lr: f32,
+    pub decay: Option<f32>,
+}
+
+/// AdamW's parameter update in place (see `adamw_kernel::ParamUpdate`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn adamw_param(
+    theta: &mut CudaStorage,
+    lt: &Layout,
+    m: &CudaStorage,
+    lm: &Layout,
+    v: &CudaStorage,
+    lv: &Layout,
+    s: &ParamScalars,
+) -> Result<()> {
+    let (rt, rm, rv) = (range(lt, "parameter")?, range(lm, "m")?, range(lv, "v")?);
+    let n = same_len(rt, rm, "atomrl-adamw-param")?;
+    same_len(rt, rv, "atomrl-adamw-param")?;
+    let func = theta
+        .device()
+        .get_or_load_custom_func("atomrl_adamw_param_f32", MODULE, PTX)?;
+    let mv = m.as_cuda_slice::<f32>()?.slice(rm.0..rm.1);
+    let vv = v.as_cuda_slice::<f32>()?.slice(rv.0..rv.1);
+    let mut tv = theta.as_cuda_slice_mut::<f32>()?.slice_mut(rt.0..rt.1);
+    let (decay, has_decay) = (s.decay.unwrap_or(1.0), i32::from(s.decay.is_some()));
+    let mut builder = func.builder();
+    builder.arg(&mut tv);
+    builder.arg(&mv);
+    builder.arg(&vv);
+    builder.arg(&s.inv1);
+    builder.arg(&s.inv2);
+    builder.arg(&s.eps);
+    builder.arg(&s.lr);
+    builder.arg(&decay);
+    builder.arg(&has_decay);
+    builder.arg(&n);
+    // SAFETY: `n` elements of each view (lengths checked); argument types as in optim.cu.
+    unsafe { builder.launch(config(n)) }.w()?;
+    Ok(())
+}
