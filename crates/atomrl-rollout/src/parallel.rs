@@ -85,6 +85,102 @@ pub fn run_shards<T: Send>(
     })
 }
 
+/// Row blocks `[len, T]` (f32) computed chunk by chunk and shared: chunk `c` of `0..chunks`
+/// runs on shard `c mod (workers × W)` (this process's worker threads, then the ranks of
+/// `comm`, as [`split_even`]'s shards do), and every rank gets every chunk in chunk order (one
+/// all-gather of the values, exact: f32 through f64). Each chunk is computed exactly as one
+/// process would compute it alone, so the blocks do not depend on the sharding.
+///
+/// For the passes whose results every shard needs, such as the old policy's and the reference
+/// model's log-probs of a step: done once per step and split, instead of repeated on one
+/// thread of every rank.
+///
+/// # Errors
+/// A chunk's error (in chunk order), a failed collective, or a chunk that is not `[len, T]`.
+///
+/// ```
+/// use atomrl_core::CandleContext;
+/// use atomrl_dist::SingleProcess;
+/// use atomrl_rollout::parallel::sharded_chunks;
+/// use candle_core::{Device, Tensor};
+/// let blocks = sharded_chunks("example", 3, 2, &SingleProcess, |c| {
+///     Tensor::full(c as f32, (1, 2), &Device::Cpu).ctx("example")
+/// })?;
+/// let all = Tensor::cat(&blocks, 0)?.to_vec2::<f32>()?;
+/// assert_eq!(all, vec![vec![0.0, 0.0], vec![1.0, 1.0], vec![2.0, 2.0]]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn sharded_chunks(
+    func: &str,
+    chunks: usize,
+    workers: usize,
+    comm: &dyn atomrl_dist::Collective,
+    f: impl Fn(usize) -> Result<candle_core::Tensor> + Sync,
+) -> Result<Vec<candle_core::Tensor>> {
+    use atomrl_core::CandleContext;
+    let workers = workers.max(1);
+    let shards = workers * comm.world_size();
+    let first = workers * comm.rank();
+    let local = run_shards(func, workers, |w| {
+        (first + w..chunks)
+            .step_by(shards)
+            .map(|c| Ok((c, f(c)?)))
+            .collect::<Result<Vec<_>>>()
+    })?;
+    let mut blocks: Vec<Option<candle_core::Tensor>> = vec![None; chunks];
+    let device = local
+        .iter()
+        .flatten()
+        .next()
+        .map(|(_, t)| t.device().clone());
+    let mut flat = Vec::new();
+    for (c, t) in local.into_iter().flatten() {
+        if comm.world_size() > 1 {
+            let (len, width) = t.dims2().ctx(func)?;
+            let values = t
+                .to_dtype(candle_core::DType::F32)
+                .and_then(|t| t.to_vec2::<f32>());
+            flat.extend([c as f64, len as f64, width as f64]);
+            flat.extend(values.ctx(func)?.into_iter().flatten().map(f64::from));
+        }
+        blocks[c] = Some(t);
+    }
+    if comm.world_size() > 1 {
+        let device = device.unwrap_or(candle_core::Device::Cpu);
+        for v in comm
+            .all_gather_f64(&flat)
+            .map_err(|e| dist_error(func, e))?
+        {
+            let mut rest = v.as_slice();
+            while let [c, len, width, tail @ ..] = rest {
+                let (c, len, width) = (*c as usize, *len as usize, *width as usize);
+                let n = (len * width).min(tail.len());
+                let values: Vec<f32> = tail[..n].iter().map(|&x| x as f32).collect();
+                if c < chunks && blocks[c].is_none() {
+                    blocks[c] = Some(
+                        candle_core::Tensor::from_vec(values, (len, width), &device).ctx(func)?,
+                    );
+                }
+                rest = &tail[n..];
+            }
+        }
+    }
+    blocks
+        .into_iter()
+        .enumerate()
+        .map(|(c, b)| {
+            b.ok_or_else(|| {
+                Error::value(
+                    func,
+                    "chunks",
+                    "every chunk from some shard",
+                    format!("chunk {c} missing"),
+                )
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +203,61 @@ mod tests {
                 prop_assert!(max - min <= 1);
             }
         }
+    }
+
+    /// Chunk `c`: rows `[c + 1, 3]` of values that name the chunk, row and column.
+    fn chunk(c: usize) -> Result<candle_core::Tensor> {
+        let v: Vec<f32> = (0..(c + 1) * 3)
+            .map(|i| c as f32 * 100.0 + i as f32 + 0.25)
+            .collect();
+        candle_core::Tensor::from_vec(v, (c + 1, 3), &candle_core::Device::Cpu)
+            .map_err(|e| Error::value("t", "chunk", "a tensor", e))
+    }
+
+    fn values(blocks: &[candle_core::Tensor]) -> Vec<Vec<f32>> {
+        blocks
+            .iter()
+            .flat_map(|b| b.to_vec2::<f32>().expect("values"))
+            .collect()
+    }
+
+    #[test]
+    fn sharded_chunks_equal_one_thread_for_any_workers_and_ranks() {
+        let single = atomrl_dist::SingleProcess;
+        let reference = values(&sharded_chunks("t", 5, 1, &single, chunk).expect("one"));
+        assert_eq!(reference.len(), 1 + 2 + 3 + 4 + 5);
+        for workers in [2, 3, 7] {
+            let got = sharded_chunks("t", 5, workers, &single, chunk).expect("workers");
+            assert_eq!(values(&got), reference, "{workers} workers");
+        }
+        // Two ranks of two workers each, as threads: every rank gets every chunk, and computes
+        // only its own (chunk c on shard c mod 4).
+        let computed = std::sync::Mutex::new(Vec::new());
+        let per_rank = std::thread::scope(|s| {
+            let handles: Vec<_> = atomrl_dist::ThreadGroup::new(2)
+                .expect("group")
+                .into_iter()
+                .map(|m| {
+                    let computed = &computed;
+                    s.spawn(move || {
+                        let f = |c| {
+                            computed.lock().expect("lock").push(c);
+                            chunk(c)
+                        };
+                        sharded_chunks("t", 5, 2, &m, f).map(|b| values(&b))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("thread"))
+                .collect::<Result<Vec<_>>>()
+        })
+        .expect("ranks");
+        assert!(per_rank.iter().all(|v| *v == reference));
+        let mut done = computed.into_inner().expect("lock");
+        done.sort_unstable();
+        assert_eq!(done, vec![0, 1, 2, 3, 4], "each chunk computed once");
     }
 
     #[test]

@@ -15,6 +15,7 @@ use super::accumulate::{
 };
 use crate::config::GRPOArgs;
 use crate::optim::AdamW;
+use crate::parallel::{sharded_chunks, split_even};
 use atomrl_dist::Collective;
 use atomrl_logprob::TrainingBatch;
 
@@ -143,23 +144,20 @@ fn batch_log_probs(
     )
 }
 
-/// Log-probs of the completion tokens under `model` without a graph, micro-batch by
-/// micro-batch (`[R, T]`).
+/// Log-probs of the completion tokens under `model` without a graph (`[R, T]`), micro-batch by
+/// micro-batch (`chunks` of rows: the update's micro-batches), each on the worker and rank
+/// that will train on it ([`sharded_chunks`]), then shared.
 fn detached_log_probs(
     model: &CausalLm,
     batch: &TrainingBatch,
-    micro: usize,
-    temperature: f64,
+    chunks: &[std::ops::Range<usize>],
+    ctx: &UpdateContext<'_>,
 ) -> Result<Tensor> {
     let view = model.detached();
-    let mut parts = Vec::new();
-    let mut start = 0;
-    while start < batch.num_rows() {
-        let len = micro.min(batch.num_rows() - start);
-        let mb = batch.rows(start, len)?;
-        parts.push(batch_log_probs(&view, &mb, temperature, false)?.log_probs);
-        start += len;
-    }
+    let parts = sharded_chunks("update", chunks.len(), ctx.args.workers, ctx.comm, |c| {
+        let mb = batch.rows(chunks[c].start, chunks[c].len())?;
+        Ok(batch_log_probs(&view, &mb, ctx.args.temperature, false)?.log_probs)
+    })?;
     Tensor::cat(&parts, 0).ctx("update")
 }
 
@@ -300,23 +298,23 @@ impl<'a> MicroLoss<'a> {
         opts: &'a PolicyLossOptions,
     ) -> Result<Self> {
         let a = ctx.args;
-        let micro = batch
-            .num_rows()
-            .div_ceil(a.gradient_accumulation_steps.max(1))
-            .max(1);
+        // The update's own micro-batches and shard rule (`accumulate_and_step`).
+        let shards = a.workers.max(1) * ctx.comm.world_size();
+        let micro = split_even(
+            batch.num_rows(),
+            a.gradient_accumulation_steps.max(1) * shards,
+        );
         Ok(Self {
             model: ctx.model,
             args: a,
             opts,
             old: if a.num_iterations > 1 {
-                Some(detached_log_probs(ctx.model, batch, micro, a.temperature)?)
+                Some(detached_log_probs(ctx.model, batch, &micro, ctx)?)
             } else {
                 None
             },
             reference: match ctx.reference {
-                Some(r) if a.beta > 0.0 => {
-                    Some(detached_log_probs(r, batch, micro, a.temperature)?)
-                }
+                Some(r) if a.beta > 0.0 => Some(detached_log_probs(r, batch, &micro, ctx)?),
                 _ => None,
             },
         })
