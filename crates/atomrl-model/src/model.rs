@@ -800,15 +800,14 @@ impl CausalLm {
             ));
         }
         let (n, l) = ids.dims2().ctx(func)?;
-        let ids = ids
-            .to_dtype(DType::U32)
-            .and_then(|t| t.to_device(&self.device))
-            .ctx(func)?;
+        let ids = ids.to_dtype(DType::U32).ctx(func)?;
         {
-            // A host copy of the ids each forward (the decode step's too).
+            // Checked where the caller put them, before the upload: ids built on the host
+            // (the decoder's) cost a GPU run no device-to-host copy and synchronisation.
             let _p = atomrl_core::profile::phase("host.check_input_ids", &self.device);
             check_vocab(func, "input_ids", &ids, self.config.vocab_size)?;
         }
+        let ids = ids.to_device(&self.device).ctx(func)?;
         let past = match cache.as_deref_mut() {
             Some(c) => {
                 if c.layers.is_empty() {
@@ -834,10 +833,9 @@ impl CausalLm {
             }
             None => 0,
         };
-        let mask = match &input.attention_mask {
-            Some(m) => Some(m.to_device(&self.device).ctx(func)?),
-            None => None,
-        };
+        // The mask as the caller gave it: the bias reads its rows on the host (no device round
+        // trip for a host mask); positions derived from it are computed on the device.
+        let mask = input.attention_mask.as_ref();
         let positions = match (&input.position_ids, &mask) {
             (Some(p), _) => {
                 if p.dims() != [n, l] {
@@ -862,6 +860,8 @@ impl CausalLm {
                     ));
                 }
                 position_ids_from_mask(m, l)?
+                    .to_device(&self.device)
+                    .ctx(func)?
             }
             (None, None) => {
                 let row: Vec<u32> = (past as u32..(past + l) as u32).collect();
@@ -871,7 +871,7 @@ impl CausalLm {
             }
         };
         let dtype = self.compute_dtype;
-        let bias = attention_bias(func, mask.as_ref(), n, l, past, dtype, &self.device)?;
+        let bias = attention_bias(func, mask, n, l, past, dtype, &self.device)?;
         let (cos, sin) = rope_tables(
             &positions,
             self.config.head_dim,

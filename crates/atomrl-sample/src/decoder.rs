@@ -102,10 +102,10 @@ impl<'m> BatchDecoder<'m> {
             ids.extend(std::iter::repeat_n(self.pad_id, pad));
             ids.extend_from_slice(x);
         }
-        let ids_t = Tensor::from_vec(ids.clone(), (b, p), &device).ctx(func)?;
+        let ids_t = Tensor::from_vec(ids.clone(), (b, p), &Device::Cpu).ctx(func)?;
         let mut input = ForwardInput::new(ids_t);
         if pads.iter().any(|&x| x > 0) {
-            input = input.with_attention_mask(pad_mask(&pads, p, &device)?);
+            input = input.with_attention_mask(pad_mask(&pads, p)?);
         }
         self.cache = self.model.new_kv_cache();
         let cache = match self.mode {
@@ -177,13 +177,12 @@ impl<'m> BatchDecoder<'m> {
         let any_pad = self.pads.iter().any(|&x| x > 0);
         let logits = match self.mode {
             CacheMode::KvCache => {
-                let ids = Tensor::from_vec(tokens.to_vec(), (a, 1), &device).ctx(func)?;
+                let ids = Tensor::from_vec(tokens.to_vec(), (a, 1), &Device::Cpu).ctx(func)?;
                 let pos: Vec<u32> = self.lens.iter().map(|&l| l as u32).collect();
                 let pos = Tensor::from_vec(pos, (a, 1), &device).ctx(func)?;
                 let mut input = ForwardInput::new(ids).with_position_ids(pos);
                 if any_pad {
-                    input =
-                        input.with_attention_mask(pad_mask(&self.pads, self.width + 1, &device)?);
+                    input = input.with_attention_mask(pad_mask(&self.pads, self.width + 1)?);
                 }
                 let logits = self.model.forward(&input, Some(&mut self.cache))?;
                 logits.squeeze(1).ctx(func)?
@@ -193,10 +192,10 @@ impl<'m> BatchDecoder<'m> {
                     s.push(t);
                 }
                 let l = self.width + 1;
-                let ids = Tensor::from_vec(self.seqs.concat(), (a, l), &device).ctx(func)?;
+                let ids = Tensor::from_vec(self.seqs.concat(), (a, l), &Device::Cpu).ctx(func)?;
                 let mut input = ForwardInput::new(ids);
                 if any_pad {
-                    input = input.with_attention_mask(pad_mask(&self.pads, l, &device)?);
+                    input = input.with_attention_mask(pad_mask(&self.pads, l)?);
                 }
                 let hidden = self.model.forward_hidden(&input, None)?;
                 let last = hidden
@@ -296,14 +295,15 @@ impl<'m> BatchDecoder<'m> {
     }
 }
 
-/// `[N, width]` u8 mask: 0 on each row's leading `pads[r]` columns, 1 after.
-fn pad_mask(pads: &[usize], width: usize, device: &Device) -> Result<Tensor> {
+/// `[N, width]` u8 mask: 0 on each row's leading `pads[r]` columns, 1 after. On the host: the
+/// model reads its rows there (a GPU decode step then makes no device-to-host copy for it).
+fn pad_mask(pads: &[usize], width: usize) -> Result<Tensor> {
     let mut m = Vec::with_capacity(pads.len() * width);
     for &p in pads {
         m.extend(std::iter::repeat_n(0u8, p));
         m.extend(std::iter::repeat_n(1u8, width - p));
     }
-    Tensor::from_vec(m, (pads.len(), width), device).ctx(FUNC)
+    Tensor::from_vec(m, (pads.len(), width), &Device::Cpu).ctx(FUNC)
 }
 
 pub(crate) fn check_prompts(func: &str, prompts: &[Vec<u32>], vocab: usize) -> Result<()> {
