@@ -651,9 +651,10 @@ impl CausalLm {
         Ok(copy)
     }
 
-    /// A [`CausalLm::detached`] view for generating. On a GPU, RMSNorm, the attention softmax
-    /// and RoPE run candle-nn's fused forward-only kernels (one launch instead of five to
-    /// seven each: about a third of a decode step's launches), and attention multiplies the
+    /// A [`CausalLm::detached`] view for generating. On a GPU, RMSNorm and RoPE run candle-nn's
+    /// fused forward-only kernels and the attention softmax AtomRL's own (feature `cuda`; else
+    /// candle-nn's): one launch instead of five to seven each, about a third of a decode step's
+    /// launches. Attention multiplies the
     /// query heads of a group against their shared key/value head instead of copying the KV
     /// cache once per query head; the logits equal the detached view's up to float rounding
     /// (the same formulas, f32 inside for half precision). On the

@@ -105,7 +105,10 @@ impl Attention {
             None => (k, v),
         };
         let scale = 1.0 / (hd as f64).sqrt();
-        let out = if self.fused {
+        // AtomRL's fused softmax (one launch, the mask from its description) wherever it runs,
+        // the generation view's decode steps included; candle-nn's forward-only softmax after a
+        // scale and bias adds (three to five launches) for the view's other dtypes.
+        let out = if self.fused && !crate::kernels::fused_on(&q) {
             grouped_attention(&q, &k, &v, |s| {
                 softmax_last(&bias.apply(&(s * scale)?)?, true)
             })?
