@@ -45,3 +45,21 @@ pub fn rows_launch(rows: usize, width: usize) -> LaunchConfig {
         shared_mem_bytes: 0,
     }
 }
+
+/// Launches a kernel loaded with candle's `get_or_load_custom_func`: `launch_kernel!(func,
+/// config, &arg, ...)` pushes the arguments in order and launches on the device's stream,
+/// returning a `candle_core::Result<()>`.
+///
+/// The launch is `unsafe` FFI: the caller states at the call site, in a `SAFETY` comment, what
+/// the kernel reads and writes and that the arguments match the kernel's signature.
+#[macro_export]
+macro_rules! launch_kernel {
+    ($func:expr, $config:expr, $($arg:expr),+ $(,)?) => {{
+        let config = $config;
+        let mut builder = $func.builder();
+        $( candle_core::cuda_backend::cudarc::driver::PushKernelArg::arg(&mut builder, $arg); )+
+        // SAFETY: as stated at the call site (arguments in the kernel's order and types, and
+        // buffers at least as long as the kernel reads and writes).
+        candle_core::cuda_backend::WrapErr::w(unsafe { builder.launch(config) })
+    }};
+}

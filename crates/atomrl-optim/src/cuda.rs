@@ -1,12 +1,10 @@
 //! Launches of the in-place CUDA kernels of atomrl-core's `cuda/optim.cu`
 //! ([`atomrl_core::cuda::OPTIM_PTX`]), loaded once per device as one custom module.
-// Kernel launches are FFI; each `unsafe` block states what the kernel touches.
+// Kernel launches are FFI (`atomrl_core::launch_kernel!`); each says what the kernel touches.
 #![allow(unsafe_code)]
 
 use atomrl_core::cuda::{contiguous_range as range, elementwise_launch as config};
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
-use candle_core::cuda_backend::WrapErr;
 use candle_core::{CudaStorage, Layout, Result};
 
 /// The kernels' PTX.
@@ -37,13 +35,9 @@ pub(crate) fn add_assign(
         .get_or_load_custom_func("atomrl_add_assign_f32", MODULE, PTX)?;
     let bv = b.as_cuda_slice::<f32>()?.slice(rb.0..rb.1);
     let mut av = a.as_cuda_slice_mut::<f32>()?.slice_mut(ra.0..ra.1);
-    let mut builder = func.builder();
-    builder.arg(&mut av);
-    builder.arg(&bv);
-    builder.arg(&n);
-    // SAFETY: the kernel reads and writes `n` elements of the two views, whose lengths were
+    // Launch: the kernel reads and writes `n` elements of the two views, whose lengths were
     // checked; the argument types match its signature in optim.cu.
-    unsafe { builder.launch(config(n)) }.w()?;
+    atomrl_core::launch_kernel!(func, config(n), &mut av, &bv, &n)?;
     Ok(())
 }
 
@@ -55,12 +49,8 @@ pub(crate) fn scale(a: &mut CudaStorage, la: &Layout, s: f32) -> Result<()> {
         .device()
         .get_or_load_custom_func("atomrl_scale_f32", MODULE, PTX)?;
     let mut av = a.as_cuda_slice_mut::<f32>()?.slice_mut(ra.0..ra.1);
-    let mut builder = func.builder();
-    builder.arg(&mut av);
-    builder.arg(&s);
-    builder.arg(&n);
-    // SAFETY: `n` elements of the view; argument types as in optim.cu.
-    unsafe { builder.launch(config(n)) }.w()?;
+    // Launch: `n` elements of the view; argument types as in optim.cu.
+    atomrl_core::launch_kernel!(func, config(n), &mut av, &s, &n)?;
     Ok(())
 }
 
@@ -81,15 +71,8 @@ pub(crate) fn adamw_moment(
     let gv = g.as_cuda_slice::<f32>()?.slice(rg.0..rg.1);
     let mut mv = m.as_cuda_slice_mut::<f32>()?.slice_mut(rm.0..rm.1);
     let (b, c, sq) = (beta as f32, (1.0 - beta) as f32, i32::from(squared));
-    let mut builder = func.builder();
-    builder.arg(&mut mv);
-    builder.arg(&gv);
-    builder.arg(&b);
-    builder.arg(&c);
-    builder.arg(&sq);
-    builder.arg(&n);
-    // SAFETY: `n` elements of each view (lengths checked); argument types as in optim.cu.
-    unsafe { builder.launch(config(n)) }.w()?;
+    // Launch: `n` elements of each view (lengths checked); argument types as in optim.cu.
+    atomrl_core::launch_kernel!(func, config(n), &mut mv, &gv, &b, &c, &sq, &n)?;
     Ok(())
 }
 
@@ -123,18 +106,20 @@ pub(crate) fn adamw_param(
     let vv = v.as_cuda_slice::<f32>()?.slice(rv.0..rv.1);
     let mut tv = theta.as_cuda_slice_mut::<f32>()?.slice_mut(rt.0..rt.1);
     let (decay, has_decay) = (s.decay.unwrap_or(1.0), i32::from(s.decay.is_some()));
-    let mut builder = func.builder();
-    builder.arg(&mut tv);
-    builder.arg(&mv);
-    builder.arg(&vv);
-    builder.arg(&s.inv1);
-    builder.arg(&s.inv2);
-    builder.arg(&s.eps);
-    builder.arg(&s.lr);
-    builder.arg(&decay);
-    builder.arg(&has_decay);
-    builder.arg(&n);
-    // SAFETY: `n` elements of each view (lengths checked); argument types as in optim.cu.
-    unsafe { builder.launch(config(n)) }.w()?;
+    // Launch: `n` elements of each view (lengths checked); argument types as in optim.cu.
+    atomrl_core::launch_kernel!(
+        func,
+        config(n),
+        &mut tv,
+        &mv,
+        &vv,
+        &s.inv1,
+        &s.inv2,
+        &s.eps,
+        &s.lr,
+        &decay,
+        &has_decay,
+        &n
+    )?;
     Ok(())
 }

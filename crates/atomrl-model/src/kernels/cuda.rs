@@ -1,17 +1,16 @@
 //! The CUDA forms of the fused kernels (`crates/atomrl-core/cuda/model.cu`, PTX built by
 //! atomrl-core's build script): forward passes as the custom ops' `cuda_fwd`, backward passes
 //! as functions the ops' `bwd` calls for CUDA tensors. f32, bf16 and f16, computing in f32.
-// Kernel launches are FFI; each `unsafe` block says what the kernel reads and writes.
+// Kernel launches are FFI (`atomrl_core::launch_kernel!`) and buffers are allocated
+// uninitialised; each says what the kernel reads and writes.
 #![allow(unsafe_code)]
 
 use atomrl_core::cuda::{
     contiguous_range as range, elementwise_launch as elementwise_config, rows_launch as rows_config,
 };
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{
-    CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg,
-};
-use candle_core::cuda_backend::{CudaDType, WrapErr};
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig};
+use candle_core::cuda_backend::CudaDType;
 use candle_core::op::BackpropOp;
 use candle_core::{CudaDevice, CudaStorage, DType, Layout, Result, Shape, Storage, Tensor};
 
@@ -104,14 +103,8 @@ pub(crate) fn rms_norm_fwd(
         // SAFETY: every element is written by the kernel below before it is read.
         let out = unsafe { dev.alloc::<T>(n)? };
         let (hi, e) = (h as i32, eps as f32);
-        let mut b = func.builder();
-        b.arg(&xs);
-        b.arg(&ws);
-        b.arg(&out);
-        b.arg(&hi);
-        b.arg(&e);
-        // SAFETY: reads n elements of x and h of w, writes n of out; types as in model.cu.
-        unsafe { b.launch(rows_config(n / h, h)) }.w()?;
+        // Launch: reads n elements of x and h of w, writes n of out; types as in model.cu.
+        atomrl_core::launch_kernel!(func, rows_config(n / h, h), &xs, &ws, &out, &hi, &e)?;
         Ok(T::wrap_cuda_slice(out, dev.clone()))
     }
     by_dtype!(x.dtype(), run(x, lx, w, lw, eps))
@@ -151,25 +144,22 @@ pub(crate) fn rms_norm_bwd(
                     let inv = unsafe { dev.alloc::<f32>(rows)? };
                     let f =
                         dev.get_or_load_custom_func(&kernel("rms_norm_inv", dt)?, MODULE, ptx())?;
-                    let mut b = f.builder();
-                    b.arg(&xv);
-                    b.arg(&inv);
-                    b.arg(&hi);
-                    b.arg(&e);
-                    // SAFETY: reads `rows × h` of x, writes `rows` of inv.
-                    unsafe { b.launch(rows_config(rows, h)) }.w()?;
+                    // Launch: reads `rows × h` of x, writes `rows` of inv.
+                    atomrl_core::launch_kernel!(f, rows_config(rows, h), &xv, &inv, &hi, &e)?;
                     let dx = unsafe { dev.alloc::<T>(n)? };
                     let f =
                         dev.get_or_load_custom_func(&kernel("rms_norm_dx", dt)?, MODULE, ptx())?;
-                    let mut b = f.builder();
-                    b.arg(&xv);
-                    b.arg(&wv);
-                    b.arg(&gv);
-                    b.arg(&inv);
-                    b.arg(&dx);
-                    b.arg(&hi);
-                    // SAFETY: reads x, g (n), w (h), inv (rows); writes n of dx.
-                    unsafe { b.launch(rows_config(rows, h)) }.w()?;
+                    // Launch: reads x, g (n), w (h), inv (rows); writes n of dx.
+                    atomrl_core::launch_kernel!(
+                        f,
+                        rows_config(rows, h),
+                        &xv,
+                        &wv,
+                        &gv,
+                        &inv,
+                        &dx,
+                        &hi
+                    )?;
                     let dx = tensor(dx, dev, x.shape().clone());
                     if !want_dw {
                         return Ok((dx, None));
@@ -182,21 +172,13 @@ pub(crate) fn rms_norm_bwd(
                         ptx(),
                     )?;
                     let (ri, ci) = (rows as i32, CHUNK as i32);
-                    let mut b = f.builder();
-                    b.arg(&xv);
-                    b.arg(&gv);
-                    b.arg(&inv);
-                    b.arg(&part);
-                    b.arg(&ri);
-                    b.arg(&hi);
-                    b.arg(&ci);
                     let cfg = LaunchConfig {
                         grid_dim: (h.div_ceil(256) as u32, chunks as u32, 1),
                         block_dim: (256, 1, 1),
                         shared_mem_bytes: 0,
                     };
-                    // SAFETY: reads x, g, inv; writes chunks × h of part (threads past h return).
-                    unsafe { b.launch(cfg) }.w()?;
+                    // Launch: reads x, g, inv; writes chunks × h of part (threads past h return).
+                    atomrl_core::launch_kernel!(f, cfg, &xv, &gv, &inv, &part, &ri, &hi, &ci)?;
                     let dw = tensor(part, dev, (chunks, h)).sum(0)?.to_dtype(w.dtype())?;
                     Ok((dx, Some(dw.reshape(w.shape())?)))
                 })
@@ -232,13 +214,8 @@ pub(crate) fn swiglu_fwd(
         let uv = u.as_cuda_slice::<T>()?.slice(ru.0..ru.1);
         // SAFETY: written in full by the kernel.
         let out = unsafe { dev.alloc::<T>(n)? };
-        let mut b = func.builder();
-        b.arg(&gv);
-        b.arg(&uv);
-        b.arg(&out);
-        b.arg(&n);
-        // SAFETY: n elements of each; types as in model.cu.
-        unsafe { b.launch(elementwise_config(n)) }.w()?;
+        // Launch: n elements of each; types as in model.cu.
+        atomrl_core::launch_kernel!(func, elementwise_config(n), &gv, &uv, &out, &n)?;
         Ok(T::wrap_cuda_slice(out, dev.clone()))
     }
     by_dtype!(g.dtype(), run(g, lg, u, lu))
@@ -263,14 +240,8 @@ pub(crate) fn swiglu_bwd(gate: &Tensor, up: &Tensor, grad: &Tensor) -> Result<(T
                     )?;
                     // SAFETY: written in full by the kernel.
                     let out = unsafe { dev.alloc::<T>(2 * n)? };
-                    let mut b = f.builder();
-                    b.arg(&gv);
-                    b.arg(&uv);
-                    b.arg(&rv);
-                    b.arg(&out);
-                    b.arg(&n);
-                    // SAFETY: reads n of each input, writes 2n of out.
-                    unsafe { b.launch(elementwise_config(n)) }.w()?;
+                    // Launch: reads n of each input, writes 2n of out.
+                    atomrl_core::launch_kernel!(f, elementwise_config(n), &gv, &uv, &rv, &out, &n)?;
                     Ok(tensor(out, dev, (2, n)))
                 })
             })
@@ -317,19 +288,21 @@ pub(crate) fn rope(
                 // SAFETY: written in full by the kernel.
                 let out = unsafe { dev.alloc::<T>(rows * d)? };
                 let (hi, li, di, bi) = (heads as i32, l as i32, d as i32, i32::from(back));
-                let mut b = f.builder();
-                b.arg(&xv);
-                b.arg(&cv);
-                b.arg(&sv);
-                b.arg(&out);
-                b.arg(&hi);
-                b.arg(&li);
-                b.arg(&di);
-                b.arg(&rows);
-                b.arg(&bi);
-                // SAFETY: reads rows × d of x and N × L × d of the tables (checked by
+                // Launch: reads rows × d of x and N × L × d of the tables (checked by
                 // `rope_fits`), writes rows × d of out.
-                unsafe { b.launch(elementwise_config(rows * d / 2)) }.w()?;
+                atomrl_core::launch_kernel!(
+                    f,
+                    elementwise_config(rows * d / 2),
+                    &xv,
+                    &cv,
+                    &sv,
+                    &out,
+                    &hi,
+                    &li,
+                    &di,
+                    &rows,
+                    &bi
+                )?;
                 Ok(T::wrap_cuda_slice(out, dev.clone()))
             })
         })
@@ -403,21 +376,23 @@ pub(crate) fn attn_softmax_fwd(
                 mask.mask_value as f32,
                 i32::from(pad.is_some()),
             );
-            let mut b = f.builder();
-            b.arg(&sv);
-            b.arg(&pv);
-            b.arg(&out);
-            b.arg(&hi);
-            b.arg(&li);
-            b.arg(&si);
-            b.arg(&past);
-            b.arg(&causal);
-            b.arg(&sc);
-            b.arg(&mv);
-            b.arg(&has_pad);
-            // SAFETY: reads the scores (and N × S of the pad bias when has_pad), writes as
+            // Launch: reads the scores (and N × S of the pad bias when has_pad), writes as
             // many probabilities; types as in model.cu.
-            unsafe { b.launch(rows_config(n_ * heads * len, s)) }.w()?;
+            atomrl_core::launch_kernel!(
+                f,
+                rows_config(n_ * heads * len, s),
+                &sv,
+                &pv,
+                &out,
+                &hi,
+                &li,
+                &si,
+                &past,
+                &causal,
+                &sc,
+                &mv,
+                &has_pad
+            )?;
             Ok(T::wrap_cuda_slice(out, dev.clone()))
         };
         match &mask.pad_bias {
@@ -450,14 +425,16 @@ pub(crate) fn attn_softmax_bwd(p: &Tensor, g: &Tensor, scale: f64) -> Result<Ten
                 // SAFETY: written in full by the kernel.
                 let dx = unsafe { dev.alloc::<T>(n)? };
                 let (si, sc) = (s as i32, scale as f32);
-                let mut b = f.builder();
-                b.arg(&pv);
-                b.arg(&gv);
-                b.arg(&dx);
-                b.arg(&si);
-                b.arg(&sc);
-                // SAFETY: n elements of p, g and dx.
-                unsafe { b.launch(rows_config(n / s.max(1), s)) }.w()?;
+                // Launch: n elements of p, g and dx.
+                atomrl_core::launch_kernel!(
+                    f,
+                    rows_config(n / s.max(1), s),
+                    &pv,
+                    &gv,
+                    &dx,
+                    &si,
+                    &sc
+                )?;
                 Ok(tensor(dx, dev, p.shape().clone()))
             })
         })
