@@ -11,6 +11,8 @@
 //!   `f16`), how every command names where and in what precision it computes.
 //! - [`ChatMessage`] (one message of a conversation) and [`hub_cache_dir`] (the Hugging Face
 //!   hub cache folder), shared by data and model loading.
+//! - [`rng`]: [`rng::SplitMix64`], the one seeded generator every crate derives its seeds
+//!   from (data order, random initialisation, sampling).
 //! - [`profile`]: phase timers (device synchronised at each boundary) and an allocation
 //!   counter, the instrument of `cargo xtask bench --profile`.
 //! - [`Trajectory`] and [`ToolCallRecord`]: what a multi-turn tool rollout did, passed from
@@ -32,6 +34,7 @@ pub mod golden;
 pub mod hub;
 pub mod profile;
 pub mod registry;
+pub mod rng;
 pub mod shape;
 pub mod stage;
 pub mod trajectory;

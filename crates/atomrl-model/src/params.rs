@@ -90,22 +90,20 @@ pub(crate) fn param_specs(c: &ModelConfig) -> Vec<ParamSpec> {
     out
 }
 
-/// A small deterministic generator (SplitMix64), so that a seed gives the same model on every
-/// platform and candle version.
+/// Uniform and normal draws from atomrl-core's SplitMix64, so that a seed gives the same model
+/// on every platform and candle version.
 #[derive(Debug, Clone)]
-pub(crate) struct Rng(u64);
+pub(crate) struct Rng(atomrl_core::rng::SplitMix64);
 
 impl Rng {
     pub fn new(seed: u64) -> Self {
-        Self(seed ^ 0x9E37_79B9_7F4A_7C15)
+        Self(atomrl_core::rng::SplitMix64::new(
+            seed ^ atomrl_core::rng::GOLDEN_GAMMA,
+        ))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in (0, 1).

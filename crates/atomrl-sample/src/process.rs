@@ -47,11 +47,9 @@ impl RowRng {
     }
 }
 
-fn splitmix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
+/// The first output of SplitMix64 seeded with `x`.
+fn splitmix64(x: u64) -> u64 {
+    atomrl_core::rng::SplitMix64::new(x).next_u64()
 }
 
 /// Applies the repetition penalty, the temperature and the top-k / top-p / min-p filters to

@@ -277,10 +277,8 @@ fn mark_unanswered_calls(traj: &mut ToolTrajectory, tokenizer: &ChatTokenizer) -
 /// The sampling seed of continuation turn `turn` (turn 0 uses `seed` itself).
 fn turn_seed(seed: u64, turn: usize) -> u64 {
     // SplitMix64's finaliser: nearby turns give unrelated seeds.
-    let mut z = seed.wrapping_add((turn as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    use atomrl_core::rng::{mix, GOLDEN_GAMMA};
+    mix(seed.wrapping_add((turn as u64).wrapping_mul(GOLDEN_GAMMA)))
 }
 
 #[cfg(test)]
