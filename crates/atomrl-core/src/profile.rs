@@ -1,6 +1,6 @@
 //! Where a step's time, allocations and bytes go: phase timers that synchronise the device at
-//! their boundaries, and an allocation counter, for `cargo xtask bench --profile` and the
-//! trainer's `profile = true`.
+//! their boundaries, and an allocation counter, for `cargo xtask bench --profile` and
+//! training runs under `ATOMRL_PROFILE=1`.
 //!
 //! Off by default: a phase then costs one relaxed atomic load and no device synchronisation,
 //! and [`CountingAllocator`] one relaxed load per allocation. [`enable`] turns both on.

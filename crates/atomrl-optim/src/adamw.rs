@@ -8,7 +8,7 @@ use std::path::Path;
 
 use atomrl_core::{CandleContext, Error, Result};
 
-use super::adamw_kernel::{self, MomentUpdate, ParamUpdate};
+use super::adamw_kernel::{MomentUpdate, ParamUpdate};
 use candle_core::{DType, Tensor, Var};
 
 const FUNC: &str = "AdamW";
@@ -45,8 +45,8 @@ pub struct AdamW {
     v: Vec<Tensor>,
     step: u64,
     config: AdamWConfig,
-    /// Update f32 CPU parameters in place (`adamw_kernel`); off only to test against the
-    /// tensor-op form.
+    /// Update f32 parameters in place (`adamw_kernel`: CPU, and CUDA with the `cuda` feature);
+    /// off only to test against the tensor-op form.
     in_place: bool,
 }
 
@@ -130,7 +130,7 @@ impl AdamW {
             }
             let g = g.to_dtype(DType::F32).ctx(FUNC)?;
             let theta = var.as_tensor();
-            if self.in_place && adamw_kernel::applies(&[theta, &g, &self.m[i], &self.v[i]]) {
+            if self.in_place && crate::inplace::applies(&[theta, &g, &self.m[i], &self.v[i]]) {
                 let g = g.contiguous().ctx(FUNC)?;
                 let moment = |beta, squared| MomentUpdate { beta, squared };
                 self.m[i]

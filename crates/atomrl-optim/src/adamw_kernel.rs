@@ -67,6 +67,28 @@ pub(crate) struct ParamUpdate {
     pub eps: f64,
 }
 
+/// [`ParamUpdate`]'s scalars in f32, as both the CPU loop and the CUDA kernel use them.
+pub(crate) struct ParamScalars {
+    pub inv1: f32,
+    pub inv2: f32,
+    pub eps: f32,
+    pub lr: f32,
+    /// `1 − lr·wd` when there is weight decay.
+    pub decay: Option<f32>,
+}
+
+impl ParamUpdate {
+    fn scalars(&self) -> ParamScalars {
+        ParamScalars {
+            inv1: (1.0 / self.bias1) as f32,
+            inv2: (1.0 / self.bias2) as f32,
+            eps: self.eps as f32,
+            lr: self.lr as f32,
+            decay: (self.weight_decay > 0.0).then_some((1.0 - self.lr * self.weight_decay) as f32),
+        }
+    }
+}
+
 impl InplaceOp3 for ParamUpdate {
     fn name(&self) -> &'static str {
         "atomrl-adamw-param"
@@ -86,11 +108,13 @@ impl InplaceOp3 for ParamUpdate {
         if theta.len() != m.len() || theta.len() != v.len() {
             candle_core::bail!("AdamW kernel: parameter and moments differ in size");
         }
-        let inv1 = (1.0 / self.bias1) as f32;
-        let inv2 = (1.0 / self.bias2) as f32;
-        let eps = self.eps as f32;
-        let lr = self.lr as f32;
-        let decay = (self.weight_decay > 0.0).then_some((1.0 - self.lr * self.weight_decay) as f32);
+        let ParamScalars {
+            inv1,
+            inv2,
+            eps,
+            lr,
+            decay,
+        } = self.scalars();
         for ((t, &m), &v) in theta.iter_mut().zip(m).zip(v) {
             let update = (m * inv1 + 0.0) / ((v * inv2 + 0.0).sqrt() * 1.0 + eps);
             let decayed = match decay {
@@ -112,19 +136,6 @@ impl InplaceOp3 for ParamUpdate {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> Result<()> {
-        let scalars = crate::cuda::ParamScalars {
-            inv1: (1.0 / self.bias1) as f32,
-            inv2: (1.0 / self.bias2) as f32,
-            eps: self.eps as f32,
-            lr: self.lr as f32,
-            decay: (self.weight_decay > 0.0).then_some((1.0 - self.lr * self.weight_decay) as f32),
-        };
-        crate::cuda::adamw_param(s1, l1, s2, l2, s3, l3, &scalars)
+        crate::cuda::adamw_param(s1, l1, s2, l2, s3, l3, &self.scalars())
     }
-}
-
-/// Whether the in-place kernels apply: f32 tensors on the CPU, or on CUDA with the `cuda`
-/// feature and `ATOMRL_CUDA_FUSED` not 0 (see [`crate::inplace::applies`]).
-pub(crate) fn applies(ts: &[&candle_core::Tensor]) -> bool {
-    crate::inplace::applies(ts)
 }

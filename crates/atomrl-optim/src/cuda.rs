@@ -76,15 +76,6 @@ pub(crate) fn adamw_moment(
     Ok(())
 }
 
-/// The scalars of AdamW's parameter update, as f32 (see `adamw_kernel::ParamUpdate`).
-pub(crate) struct ParamScalars {
-    pub inv1: f32,
-    pub inv2: f32,
-    pub eps: f32,
-    pub lr: f32,
-    pub decay: Option<f32>,
-}
-
 /// AdamW's parameter update in place (see `adamw_kernel::ParamUpdate`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn adamw_param(
@@ -94,7 +85,7 @@ pub(crate) fn adamw_param(
     lm: &Layout,
     v: &CudaStorage,
     lv: &Layout,
-    s: &ParamScalars,
+    s: &crate::adamw_kernel::ParamScalars,
 ) -> Result<()> {
     let (rt, rm, rv) = (range(lt, "parameter")?, range(lm, "m")?, range(lv, "v")?);
     let n = same_len(rt, rm, "atomrl-adamw-param")?;

@@ -82,24 +82,22 @@ impl Gradients {
             let Some(g) = store.get(var.as_tensor()) else {
                 continue;
             };
-            let g = g.to_dtype(DType::F32).ctx(FUNC)?;
-            self.add_one(name, g)?;
+            let tensor = g.to_dtype(DType::F32).ctx(FUNC)?;
+            let sum = Sum {
+                tensor,
+                owned: false,
+            };
+            self.add_sum(name, sum)?;
         }
         Ok(())
     }
 
-    /// Adds `g` to the sum of `name` (a first gradient is kept as it is).
-    fn add_one(&mut self, name: &str, g: Tensor) -> Result<()> {
+    /// Adds `g` to the sum of `name`; a first gradient is kept as it is.
+    fn add_sum(&mut self, name: &str, g: Sum) -> Result<()> {
         match self.sums.get_mut(name) {
-            Some(sum) => sum.add(&g),
+            Some(sum) => sum.add(&g.tensor),
             None => {
-                self.sums.insert(
-                    name.to_string(),
-                    Sum {
-                        tensor: g,
-                        owned: false,
-                    },
-                );
+                self.sums.insert(name.to_string(), g);
                 Ok(())
             }
         }
@@ -127,12 +125,7 @@ impl Gradients {
     /// ```
     pub fn add(&mut self, other: Gradients) -> Result<()> {
         for (name, g) in other.sums {
-            match self.sums.get_mut(&name) {
-                Some(sum) => sum.add(&g.tensor)?,
-                None => {
-                    self.sums.insert(name, g);
-                }
-            }
+            self.add_sum(&name, g)?;
         }
         Ok(())
     }

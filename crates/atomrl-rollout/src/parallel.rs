@@ -97,13 +97,14 @@ pub fn run_shards<T: Send>(
 ///
 /// # Errors
 /// A chunk's error (in chunk order), a failed collective, or a chunk that is not `[len, T]`.
+/// Blocks received from other ranks are put on `device` (where the local ones are).
 ///
 /// ```
 /// use atomrl_core::CandleContext;
 /// use atomrl_dist::SingleProcess;
 /// use atomrl_rollout::parallel::sharded_chunks;
 /// use candle_core::{Device, Tensor};
-/// let blocks = sharded_chunks("example", 3, 2, &SingleProcess, |c| {
+/// let blocks = sharded_chunks("example", 3, 2, &SingleProcess, &Device::Cpu, |c| {
 ///     Tensor::full(c as f32, (1, 2), &Device::Cpu).ctx("example")
 /// })?;
 /// let all = Tensor::cat(&blocks, 0)?.to_vec2::<f32>()?;
@@ -115,6 +116,7 @@ pub fn sharded_chunks(
     chunks: usize,
     workers: usize,
     comm: &dyn atomrl_dist::Collective,
+    device: &candle_core::Device,
     f: impl Fn(usize) -> Result<candle_core::Tensor> + Sync,
 ) -> Result<Vec<candle_core::Tensor>> {
     use atomrl_core::CandleContext;
@@ -128,11 +130,6 @@ pub fn sharded_chunks(
             .collect::<Result<Vec<_>>>()
     })?;
     let mut blocks: Vec<Option<candle_core::Tensor>> = vec![None; chunks];
-    let device = local
-        .iter()
-        .flatten()
-        .next()
-        .map(|(_, t)| t.device().clone());
     let mut flat = Vec::new();
     for (c, t) in local.into_iter().flatten() {
         if comm.world_size() > 1 {
@@ -146,7 +143,6 @@ pub fn sharded_chunks(
         blocks[c] = Some(t);
     }
     if comm.world_size() > 1 {
-        let device = device.unwrap_or(candle_core::Device::Cpu);
         for v in comm
             .all_gather_f64(&flat)
             .map_err(|e| dist_error(func, e))?
@@ -158,7 +154,7 @@ pub fn sharded_chunks(
                 let values: Vec<f32> = tail[..n].iter().map(|&x| x as f32).collect();
                 if c < chunks && blocks[c].is_none() {
                     blocks[c] = Some(
-                        candle_core::Tensor::from_vec(values, (len, width), &device).ctx(func)?,
+                        candle_core::Tensor::from_vec(values, (len, width), device).ctx(func)?,
                     );
                 }
                 rest = &tail[n..];
@@ -224,10 +220,13 @@ mod tests {
     #[test]
     fn sharded_chunks_equal_one_thread_for_any_workers_and_ranks() {
         let single = atomrl_dist::SingleProcess;
-        let reference = values(&sharded_chunks("t", 5, 1, &single, chunk).expect("one"));
+        let reference = values(
+            &sharded_chunks("t", 5, 1, &single, &candle_core::Device::Cpu, chunk).expect("one"),
+        );
         assert_eq!(reference.len(), 1 + 2 + 3 + 4 + 5);
         for workers in [2, 3, 7] {
-            let got = sharded_chunks("t", 5, workers, &single, chunk).expect("workers");
+            let got = sharded_chunks("t", 5, workers, &single, &candle_core::Device::Cpu, chunk)
+                .expect("workers");
             assert_eq!(values(&got), reference, "{workers} workers");
         }
         // Two ranks of two workers each, as threads: every rank gets every chunk, and computes
@@ -244,7 +243,8 @@ mod tests {
                             computed.lock().expect("lock").push(c);
                             chunk(c)
                         };
-                        sharded_chunks("t", 5, 2, &m, f).map(|b| values(&b))
+                        sharded_chunks("t", 5, 2, &m, &candle_core::Device::Cpu, f)
+                            .map(|b| values(&b))
                     })
                 })
                 .collect();

@@ -154,10 +154,17 @@ fn detached_log_probs(
     ctx: &UpdateContext<'_>,
 ) -> Result<Tensor> {
     let view = model.detached();
-    let parts = sharded_chunks("update", chunks.len(), ctx.args.workers, ctx.comm, |c| {
-        let mb = batch.rows(chunks[c].start, chunks[c].len())?;
-        Ok(batch_log_probs(&view, &mb, ctx.args.temperature, false)?.log_probs)
-    })?;
+    let parts = sharded_chunks(
+        "update",
+        chunks.len(),
+        ctx.args.workers,
+        ctx.comm,
+        model.device(),
+        |c| {
+            let mb = batch.rows(chunks[c].start, chunks[c].len())?;
+            Ok(batch_log_probs(&view, &mb, ctx.args.temperature, false)?.log_probs)
+        },
+    )?;
     Tensor::cat(&parts, 0).ctx("update")
 }
 
