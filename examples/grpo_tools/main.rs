@@ -157,7 +157,7 @@ fn run(cli: Cli) -> Result<()> {
 
 /// Held-out tool use before and after training.
 fn print_tool_use(summary: &TrainSummary) {
-    let line = |r: &atomrl_trainer::grpo::EvalResult| {
+    let line = |r: &atomrl_trainer::rollout::EvalResult| {
         format!(
             "{:.2} calls per completion, {:.1}% of calls failed",
             r.tool_calls.unwrap_or(0.0),

@@ -73,12 +73,74 @@ pub fn compute_advantages(
     mode: AdvantageMode,
     eps: f64,
 ) -> Result<AdvantageOutput> {
-    let n = check_grouped_rewards(FUNC, "rewards", rewards, group_size)?;
+    check_grouped_rewards(FUNC, "rewards", rewards, group_size)?;
     if !(eps > 0.0 && eps.is_finite()) {
         return Err(Error::value(FUNC, "eps", "> 0 and finite", eps));
     }
     let r = flat_f64(FUNC, rewards)?;
-    let stats: Vec<GroupStats> = r.chunks(group_size).map(GroupStats::of).collect();
+    let stats = GroupStats::of_groups(&r, group_size);
+    let advantages = advantages_from_group_stats(&r, &stats, mode, eps)?;
+
+    let to_tensor = |v: Vec<f64>| {
+        Tensor::new(v, rewards.device())
+            .and_then(|t| t.to_dtype(rewards.dtype()))
+            .ctx(FUNC)
+    };
+    Ok(AdvantageOutput {
+        advantages: to_tensor(advantages)?,
+        group_mean: to_tensor(stats.iter().map(|s| s.mean).collect())?,
+        group_std: to_tensor(stats.iter().map(|s| s.std).collect())?,
+        num_flat_groups: stats.iter().filter(|s| s.flat).count(),
+    })
+}
+
+/// [`compute_advantages`] on host values whose group statistics are already known (e.g. from
+/// the group filter of DAPO's dynamic sampling, which needs them first): the statistics are
+/// computed once per step. `stats[i]` describes rows `i·G .. (i+1)·G` of `rewards`, with
+/// `G = rewards.len() / stats.len()`. Same formulas and f64 arithmetic, so the same bits.
+///
+/// # Errors
+/// No groups, `rewards.len()` not `G ×` the number of groups (with `G ≥ 2`), a non-finite
+/// reward (its index is named), `eps ≤ 0` or not finite.
+///
+/// ```
+/// use atomrl_advantage::{advantages_from_group_stats, AdvantageMode, GroupStats, DEFAULT_EPS};
+/// let r = [1.0, 0.0, 2.0, 2.0];
+/// let stats = GroupStats::of_groups(&r, 2);
+/// assert!(stats[1].flat);
+/// let a = advantages_from_group_stats(&r, &stats, AdvantageMode::GrpoNoStd, DEFAULT_EPS)?;
+/// assert_eq!(a, vec![0.5, -0.5, 0.0, 0.0]);
+/// # Ok::<(), atomrl_core::Error>(())
+/// ```
+pub fn advantages_from_group_stats(
+    rewards: &[f64],
+    stats: &[GroupStats],
+    mode: AdvantageMode,
+    eps: f64,
+) -> Result<Vec<f64>> {
+    let func = "advantages_from_group_stats";
+    let n = rewards.len();
+    let group_size = if stats.is_empty() { 0 } else { n / stats.len() };
+    if group_size < 2 || group_size * stats.len() != n {
+        return Err(Error::value(
+            func,
+            "len(rewards)",
+            format!("G × {} groups with G >= 2", stats.len()),
+            n,
+        ));
+    }
+    if let Some(i) = rewards.iter().position(|r| !r.is_finite()) {
+        return Err(Error::value(
+            func,
+            format!("rewards[{i}]"),
+            "a finite reward",
+            rewards[i],
+        ));
+    }
+    if !(eps > 0.0 && eps.is_finite()) {
+        return Err(Error::value(func, "eps", "> 0 and finite", eps));
+    }
+    let r = rewards;
     let centred = |i: usize| {
         let s = stats[i / group_size];
         if s.flat {
@@ -87,15 +149,14 @@ pub fn compute_advantages(
             r[i] - s.mean
         }
     };
-
-    let advantages: Vec<f64> = match mode {
-        AdvantageMode::Raw => r.clone(),
+    Ok(match mode {
+        AdvantageMode::Raw => r.to_vec(),
         AdvantageMode::GrpoNoStd => (0..n).map(centred).collect(),
         AdvantageMode::Grpo => (0..n)
             .map(|i| centred(i) / (stats[i / group_size].std + eps))
             .collect(),
         AdvantageMode::Batch => {
-            let batch_std = GroupStats::of(&r).std;
+            let batch_std = GroupStats::of(r).std;
             (0..n).map(|i| centred(i) / (batch_std + eps)).collect()
         }
         AdvantageMode::Rloo => {
@@ -111,18 +172,6 @@ pub fn compute_advantages(
             let scale = 1.0 / (var + WHITEN_EPS).sqrt();
             x.iter().map(|v| v * scale).collect()
         }
-    };
-
-    let to_tensor = |v: Vec<f64>| {
-        Tensor::new(v, rewards.device())
-            .and_then(|t| t.to_dtype(rewards.dtype()))
-            .ctx(FUNC)
-    };
-    Ok(AdvantageOutput {
-        advantages: to_tensor(advantages)?,
-        group_mean: to_tensor(stats.iter().map(|s| s.mean).collect())?,
-        group_std: to_tensor(stats.iter().map(|s| s.std).collect())?,
-        num_flat_groups: stats.iter().filter(|s| s.flat).count(),
     })
 }
 

@@ -48,9 +48,9 @@ pub struct GroupFilter {
 pub fn filter_groups(metric: &Tensor, group_size: usize) -> Result<GroupFilter> {
     check_grouped_rewards(FUNC, "metric", metric, group_size)?;
     let values = flat_f64(FUNC, metric)?;
-    let keep: Vec<bool> = values
-        .chunks(group_size)
-        .map(|g| !GroupStats::of(g).flat)
+    let keep: Vec<bool> = GroupStats::of_groups(&values, group_size)
+        .iter()
+        .map(|s| !s.flat)
         .collect();
     let kept_groups: Vec<usize> = keep
         .iter()

@@ -27,8 +27,9 @@ mod mode;
 mod registry;
 
 pub use atomrl_core::{Error, Result};
-pub use compute::{compute_advantages, AdvantageOutput, DEFAULT_EPS};
+pub use compute::{advantages_from_group_stats, compute_advantages, AdvantageOutput, DEFAULT_EPS};
 pub use filter::{filter_groups, GroupFilter};
+pub use group_stats::GroupStats;
 pub use mode::AdvantageMode;
 pub use registry::functions;
 

@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 use atomrl_core::{Error, Result};
 use atomrl_model::{CausalLm, ADAPTER_CONFIG_FILE};
 use atomrl_reward::{correctness_score, ToolCallRecord};
+use atomrl_sample::{generate_rows, ToolUse};
 use atomrl_sample::{ChatTokenizer, SamplingParams};
 use atomrl_tools::ToolSet;
 use atomrl_trainer::data::{Example, Prompt};
-use atomrl_trainer::grpo::{generate_rows, PromptEncoder, ToolUse};
+use atomrl_trainer::rollout::PromptEncoder;
 use candle_core::{DType, Device};
 
 /// A model ready to answer: a full HF checkpoint, or a LoRA adapter on its base model.

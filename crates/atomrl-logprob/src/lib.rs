@@ -9,11 +9,8 @@
 //! - [`get_shared_prompt_log_probs`]: the same numbers for completions grouped by prompt (as
 //!   GRPO samples them), running each prompt through the model once.
 //!
-//! Both are differentiable, so the policy loss's gradient reaches the model.
-//!
-//! - [`TrainingBatch`]: the padded `[R, P + T]` inputs of an update built from token rows, with
-//!   a per-token loss mask (tool turns of multi-turn rollouts are attended to but not in the
-//!   loss), micro-batch slicing and the grouping for [`get_shared_prompt_log_probs`].
+//! Both are differentiable, so the policy loss's gradient reaches the model. (The padded
+//! rows a trainer feeds them, `atomrl_rollout::Experience`, live with the rollouts.)
 //!
 //! ```
 //! use atomrl_logprob::selective_log_softmax;
@@ -34,7 +31,6 @@ mod fused;
 mod registry;
 mod selective;
 mod shared_prompt;
-mod training_batch;
 
 pub use action::{get_action_log_probs, get_action_log_probs_chunked, FUSED_HEAD_MIN_VOCAB};
 pub use atomrl_core::{Error, Result};
@@ -44,4 +40,3 @@ pub use selective::{
     DEFAULT_CHUNK_ELEMENTS, MAX_DEVICE_CHUNK_ELEMENTS,
 };
 pub use shared_prompt::{get_shared_prompt_log_probs, SharedPromptBatch};
-pub use training_batch::TrainingBatch;

@@ -48,6 +48,7 @@
 #![deny(missing_docs)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod accuracy;
 mod batch;
 mod builtin;
 mod compose;
@@ -62,6 +63,7 @@ mod reward_fn;
 mod steps;
 mod tags;
 
+pub use accuracy::Accuracy;
 pub use atomrl_core::{Error, Result, RewardBatch};
 /// The multi-turn trajectory types of [`RewardContext::trajectories`] (defined in `atomrl-core`).
 pub use atomrl_core::{ToolCallRecord, Trajectory};

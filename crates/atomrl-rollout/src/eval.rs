@@ -2,13 +2,15 @@
 
 use atomrl_core::Result;
 use atomrl_model::CausalLm;
-use atomrl_reward::{correctness_score, is_hard_format, Tags};
+use atomrl_reward::{is_hard_format, Accuracy, Tags};
 use atomrl_sample::{generate_rows, ChatTokenizer, SamplingParams, ToolUse};
 
 use crate::parallel::{dist_error, run_shards, split_even};
 use crate::prompt::PromptEncoder;
 use atomrl_data::Example;
-use atomrl_dist::{Collective, SingleProcess};
+use atomrl_dist::Collective;
+
+use crate::rollout::reward_context;
 
 /// Prompts per generation call during evaluation.
 const EVAL_BATCH: usize = 64;
@@ -34,49 +36,6 @@ pub struct EvalResult {
     pub tool_error_rate: Option<f64>,
 }
 
-/// Greedy-decodes every example of `examples` (up to `max_new_tokens`, single-turn) and scores
-/// correctness.
-///
-/// # Errors
-/// Generation or tokenizer failures.
-pub fn evaluate(
-    model: &CausalLm,
-    tokenizer: &ChatTokenizer,
-    encoder: &PromptEncoder,
-    examples: &[Example],
-    max_new_tokens: usize,
-) -> Result<EvalResult> {
-    evaluate_sharded(model, tokenizer, encoder, examples, max_new_tokens, 1, None)
-}
-
-/// [`evaluate`] with the examples split into `workers` shards decoded at once (see
-/// [`crate::parallel`]). Decoding is greedy, so counts differ only where the different
-/// padding of the generation batches changes float rounding enough to flip an argmax. With
-/// `tools`, each completion may call them (see [`generate_rows`]) and its final model turn is
-/// what is scored.
-///
-/// # Errors
-/// Generation or tokenizer failures.
-pub fn evaluate_sharded(
-    model: &CausalLm,
-    tokenizer: &ChatTokenizer,
-    encoder: &PromptEncoder,
-    examples: &[Example],
-    max_new_tokens: usize,
-    workers: usize,
-    tools: Option<ToolUse<'_>>,
-) -> Result<EvalResult> {
-    let data = EvalData {
-        model,
-        tokenizer,
-        encoder,
-        examples,
-        max_new_tokens,
-        tools,
-    };
-    evaluate_distributed(&data, workers, &SingleProcess)
-}
-
 /// What an evaluation decodes and scores.
 pub struct EvalData<'a> {
     /// The policy (decoded through a detached view).
@@ -91,17 +50,23 @@ pub struct EvalData<'a> {
     pub max_new_tokens: usize,
     /// The tools the model may call (`None`: single-turn).
     pub tools: Option<ToolUse<'a>>,
+    /// Which completions count as correct.
+    pub accuracy: &'a Accuracy,
 }
 
-/// [`evaluate_sharded`] over the ranks of `comm` (every rank calls it with the same data): the examples split into `workers × W`
-/// shards, rank `r` decoding shards `r·workers ..`; the shards' counts are all-gathered and
-/// summed in shard order, so every rank gets the result one process of `workers × W`
-/// workers computes (its samples come from this rank's shards).
-pub fn evaluate_distributed(
-    d: &EvalData<'_>,
-    workers: usize,
-    comm: &dyn Collective,
-) -> Result<EvalResult> {
+/// Greedy-decodes every example (up to `max_new_tokens`; with `tools`, each completion may
+/// call them and its final model turn is scored) and counts the correct ones by the
+/// configured [`Accuracy`]. The examples are split into `workers × W` shards (`W` ranks of
+/// `comm`, every rank calling with the same data), rank `r` decoding shards `r·workers ..`
+/// on its worker threads; the shards' counts are all-gathered and summed in shard order, so
+/// every rank gets the result one process of `workers × W` workers computes (its samples come
+/// from this rank's shards). Decoding is greedy, so counts differ between shardings only where
+/// the different padding of the generation batches changes float rounding enough to flip an
+/// argmax.
+///
+/// # Errors
+/// Generation, tokenizer or accuracy-reward failures; a failed collective.
+pub fn evaluate(d: &EvalData<'_>, workers: usize, comm: &dyn Collective) -> Result<EvalResult> {
     let workers = workers.max(1);
     let shards = split_even(d.examples.len(), workers * comm.world_size());
     let mine: Vec<usize> = (0..shards.len())
@@ -160,7 +125,7 @@ struct Tally {
 }
 
 impl Tally {
-    /// The counts, in the order [`evaluate_distributed`] sums them.
+    /// The counts, in the order [`evaluate`] sums them.
     fn counts(&self) -> [f64; 5] {
         [
             self.correct,
@@ -190,9 +155,19 @@ fn score_greedy(d: &EvalData<'_>, examples: &[Example]) -> Result<Tally> {
             .collect::<Result<Vec<_>>>()?;
         let ids: Vec<Vec<u32>> = prompts.iter().map(|p| p.ids.clone()).collect();
         let (rows, _) = generate_rows(&view, tokenizer, &ids, &params, d.tools)?;
-        for ((example, row), prompt) in chunk.iter().zip(&rows).zip(&prompts) {
+        let correct = d.accuracy.correct(
+            &rows.iter().map(|r| r.answer.clone()).collect::<Vec<_>>(),
+            &reward_context(
+                &rows,
+                chunk.iter().map(|e| e.ground_truth.clone()).collect(),
+                prompts.iter().map(|p| p.text.clone()).collect(),
+                &params,
+                d.tools,
+            ),
+        )?;
+        for ((row, prompt), &score) in rows.iter().zip(&prompts).zip(&correct) {
             let text = &row.answer;
-            let score = correctness_score(text, &example.ground_truth, &Default::default()) as f64;
+            let score = f64::from(score);
             t.correct += score;
             t.formatted += f64::from(u8::from(is_hard_format(text, &Tags::default())));
             t.length += row.completion_ids.len() as f64;

@@ -3,52 +3,46 @@
 //!
 //! - [`prompt`]: [`PromptEncoder`] renders an example through the chat template (system
 //!   prompt, tool schemas) and left-truncates it to `max_prompt_length` tokens.
-//! - [`rollout`]: [`generate_group_rows`] samples `G` completions per prompt (single-turn, or
-//!   multi-turn with tools), decodes and scores them into [`RolloutRow`]s; [`add_round`]
-//!   keeps whole groups, or only those with reward spread (DAPO dynamic sampling).
-//! - [`eval`]: greedy held-out accuracy ([`evaluate`]).
+//! - [`make_experience`]: the "make experience" phase of a step: `G` sampled completions per
+//!   prompt (single-turn, or multi-turn with tools), decoded and scored; whole groups, or only
+//!   those with reward spread (DAPO dynamic sampling, further rounds until the batch is full);
+//!   advantages; then the old policy's and the reference model's log-probs, once, split over
+//!   workers and ranks. It returns an [`Experience`] (what the update reads) and a
+//!   [`RolloutSummary`] (what the metrics report).
+//! - [`evaluate`]: greedy held-out accuracy by the configured [`atomrl_reward::Accuracy`].
 //! - [`parallel`]: the shard rule shared by CPU workers and data-parallel ranks
-//!   ([`split_even`](parallel::split_even), [`run_shards`](parallel::run_shards)); the
-//!   `_sharded` and `_distributed` forms of the functions above split their work by it.
+//!   ([`split_even`](parallel::split_even), [`run_shards`](parallel::run_shards)): every
+//!   function here takes the workers and the collective and splits its work by it.
 //!
 //! ```
-//! use atomrl_rollout::{add_round, RolloutRow, Rollouts};
-//! use atomrl_sample::FinishReason;
-//!
-//! let row = |reward: f64| RolloutRow {
-//!     prompt_ids: vec![1, 2],
-//!     completion_ids: vec![3],
-//!     model_token: vec![true],
-//!     completion: "7".into(),
-//!     trajectory: None,
-//!     stopped_at_max_turns: false,
-//!     prompt: "What is 3+4?".into(),
-//!     finish_reason: FinishReason::Eos,
-//!     reward,
-//!     rewards_per_fn: vec![reward],
-//!     correct: reward,
-//! };
-//! // Two groups of G = 2: the first has reward spread, the second is flat.
-//! let rows = vec![row(1.0), row(0.0), row(1.0), row(1.0)];
-//! let mut step = Rollouts::default();
-//! add_round(&mut step, rows, 2, true, 8)?; // DAPO dynamic sampling keeps the first group only
-//! assert_eq!((step.rows.len(), step.zero_std_groups, step.dropped_groups), (2, 1, 1));
+//! use atomrl_rollout::Experience;
+//! use candle_core::Device;
+//! // Two completions of one prompt: one of them a tool turn (outside the loss) then an answer.
+//! let rows: [(&[u32], &[u32], &[bool]); 2] = [(&[1, 2], &[3, 9, 4], &[true, false, true]), (&[1, 2], &[5], &[true])];
+//! let exp = Experience::from_rows(&rows, &[0.7, -0.7], &[true, true], 0, &Device::Cpu)?;
+//! assert_eq!((exp.num_rows(), exp.normalizer.tokens), (2, 3.0));
+//! assert!(exp.shared_prompts()?.is_some()); // the prompt runs once for both
 //! # Ok::<(), atomrl_core::Error>(())
 //! ```
 
 #![deny(missing_docs)]
 
 pub mod eval;
+pub mod experience;
+mod log_probs;
+pub mod make;
 pub mod parallel;
 pub mod prompt;
 pub mod rollout;
+pub mod summary;
 
-pub use eval::{evaluate, evaluate_distributed, evaluate_sharded, EvalData, EvalResult};
+pub use eval::{evaluate, EvalData, EvalResult};
+pub use experience::{Experience, LossNormalizer, PairRole, TokenRow};
+pub use log_probs::experience_log_probs;
+pub use make::{make_experience, sampling_seed, ExperienceConfig, PromptBatch};
 pub use prompt::{EncodedPrompt, PromptEncoder};
-pub use rollout::{
-    add_round, generate_group_rows, generate_group_rows_distributed, generate_group_rows_sharded,
-    RolloutContext, RolloutRow, Rollouts,
-};
+pub use rollout::RolloutContext;
+pub use summary::{RolloutSummary, ToolSummary};
 
 /// The README's example, run as a doctest.
 #[cfg(doctest)]

@@ -21,6 +21,32 @@ use std::ops::Range;
 
 use atomrl_core::{Error, Result};
 
+/// How a step's work is split: `workers` threads in this process, times the ranks of `comm`
+/// (the shard rule of [`split_even`]: shard `s` runs on rank `s / workers`).
+///
+/// ```
+/// use atomrl_dist::SingleProcess;
+/// use atomrl_rollout::parallel::Parallel;
+/// let par = Parallel { workers: 2, comm: &SingleProcess };
+/// assert_eq!(par.shards(), 2);
+/// ```
+#[derive(Clone, Copy)]
+pub struct Parallel<'a> {
+    /// Worker threads of this process.
+    pub workers: usize,
+    /// The data-parallel ranks.
+    pub comm: &'a dyn atomrl_dist::Collective,
+}
+
+impl Parallel<'_> {
+    /// Shards in all: `workers × W`.
+    ///
+    /// See [`Parallel`] for an example.
+    pub fn shards(&self) -> usize {
+        self.workers.max(1) * self.comm.world_size()
+    }
+}
+
 /// Splits `0..n` into `parts` contiguous ranges whose lengths differ by at most one (the
 /// first ones longer); fewer ranges when `n < parts`, none when `n == 0`.
 ///

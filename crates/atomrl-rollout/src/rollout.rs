@@ -1,171 +1,93 @@
-//! One step's rollouts: generate `G` completions per prompt, score them, and (DAPO dynamic
-//! sampling) keep only groups whose rewards differ, generating more until the batch is full.
+//! One generation round: `G` completions per prompt, decoded and scored (rewards per function,
+//! weighted total, accuracy), sharded over workers and ranks by one rule.
 
-use atomrl_advantage::filter_groups;
 use atomrl_core::{CandleContext, Error, Result};
-use atomrl_dist::{Collective, SingleProcess};
+use atomrl_dist::Collective;
 use atomrl_model::CausalLm;
-use atomrl_reward::{correctness_score, RewardContext, Trajectory, WeightedRewards};
-use atomrl_sample::{generate_rows, ChatTokenizer, FinishReason, SamplingParams, ToolUse};
-use candle_core::Tensor;
+use atomrl_reward::{Accuracy, RewardContext, WeightedRewards};
+use atomrl_sample::{generate_rows, ChatTokenizer, Completion, SamplingParams, ToolUse};
 
-use crate::parallel::{dist_error, run_shards, split_even};
+use crate::parallel::{dist_error, run_shards, split_even, Parallel};
 use crate::prompt::EncodedPrompt;
-use atomrl_data::SplitMix64;
+use atomrl_core::rng::SplitMix64;
 
-/// One completion with everything the update and the metrics need. Serialisable (floats as
-/// their bits, so that they cross between data-parallel ranks exactly).
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct RolloutRow {
-    /// Prompt token ids (unpadded).
-    pub prompt_ids: Vec<u32>,
-    /// Completion token ids (unpadded; EOS included when generated; with tools, the tool
-    /// turns too).
-    pub completion_ids: Vec<u32>,
-    /// `true` on the completion tokens the model generated (false on tool turns).
-    pub model_token: Vec<bool>,
-    /// The decoded completion the rewards scored (with tools: the final model turn).
-    pub completion: String,
-    /// With tools: the whole trajectory (text with tool turns, the calls and their results).
-    pub trajectory: Option<Trajectory>,
-    /// With tools: the model called again after the last allowed tool turn.
-    pub stopped_at_max_turns: bool,
-    /// The prompt text.
-    pub prompt: String,
-    /// Why generation stopped.
-    pub finish_reason: FinishReason,
-    /// Weighted total reward.
-    #[serde(with = "f64_bits")]
-    pub reward: f64,
-    /// Each reward function's unweighted score, in the order of `WeightedRewards::names`.
-    #[serde(with = "f64_bits::vec")]
-    pub rewards_per_fn: Vec<f64>,
-    /// 1 when the answer is right (correctness reward, default options), else 0.
-    #[serde(with = "f64_bits")]
-    pub correct: f64,
-}
-
-/// Rollouts of one step: groups of `G` consecutive rows.
-#[derive(Debug, Clone, Default)]
-pub struct Rollouts {
-    /// Kept rows (whole groups).
-    pub rows: Vec<RolloutRow>,
-    /// Every generated row's reward, correctness and length, kept or not (for metrics).
-    pub all_rewards: Vec<f64>,
-    /// Correctness of every generated row.
-    pub all_correct: Vec<f64>,
-    /// Groups generated in total.
-    pub groups_generated: usize,
-    /// Groups whose rewards were all equal.
-    pub zero_std_groups: usize,
-    /// Groups dropped by dynamic sampling.
-    pub dropped_groups: usize,
-    /// Generation rounds used.
-    pub rounds: usize,
-    /// Tokens generated.
-    pub generated_tokens: usize,
-}
-
-/// What [`generate_group_rows`] needs besides the prompts.
+/// What a generation round needs besides the prompts.
+#[derive(Clone, Copy)]
 pub struct RolloutContext<'a> {
     /// The generating model (a detached view of the policy).
     pub model: &'a CausalLm,
     /// Tokenizer for decoding and stop strings.
     pub tokenizer: &'a ChatTokenizer,
-    /// Sampling settings (the seed is set per round by the caller).
-    pub params: &'a SamplingParams,
     /// The reward functions.
     pub rewards: &'a WeightedRewards,
+    /// Which completions count as correct (the `accuracy` metric).
+    pub accuracy: &'a Accuracy,
     /// The tools of multi-turn rollouts (`None`: single-turn).
     pub tools: Option<ToolUse<'a>>,
 }
 
-/// Generates `G` completions for each prompt, decodes and scores them; rows come back in
-/// groups of `G` (prompt-major).
-///
-/// # Errors
-/// Generation, decoding or reward failures.
-pub fn generate_group_rows(
-    ctx: &RolloutContext<'_>,
-    prompts: &[EncodedPrompt],
-    ground_truth: &[String],
-) -> Result<(Vec<RolloutRow>, usize)> {
-    let func = "rollout";
-    let g = ctx.params.num_generations;
-    let ids: Vec<Vec<u32>> = prompts.iter().map(|p| p.ids.clone()).collect();
-    let (generated, tokens) = generate_rows(ctx.model, ctx.tokenizer, &ids, ctx.params, ctx.tools)?;
-    let n = generated.len();
-    let gt: Vec<String> = (0..n).map(|r| ground_truth[r / g].clone()).collect();
-    let prompt_texts: Vec<String> = (0..n).map(|r| prompts[r / g].text.clone()).collect();
-    let answers: Vec<String> = generated.iter().map(|r| r.answer.clone()).collect();
-    let mut reward_ctx = RewardContext::new()
-        .with_ground_truth(gt.clone())
-        .with_prompts(prompt_texts.clone())
-        .with_completion_lengths(generated.iter().map(|r| r.completion_ids.len()).collect())
-        .with_max_completion_length(ctx.params.max_new_tokens);
-    if ctx.tools.is_some() {
-        reward_ctx = reward_ctx.with_trajectories(
-            generated
-                .iter()
-                .map(|r| r.trajectory.clone().unwrap_or_default())
-                .collect(),
-        );
+/// Scored completions, as columns (`G` consecutive rows per prompt). Rewards are f32 once, as
+/// the reward functions give them; serialised as bits so they cross ranks exactly.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Scored {
+    pub prompt_ids: Vec<Vec<u32>>,
+    pub prompts: Vec<String>,
+    pub completions: Vec<Completion>,
+    #[serde(with = "f32_bits")]
+    pub rewards: Vec<f32>,
+    #[serde(with = "f32_bits::nested")]
+    pub rewards_per_fn: Vec<Vec<f32>>,
+    #[serde(with = "f32_bits")]
+    pub correct: Vec<f32>,
+    pub generated_tokens: usize,
+}
+
+impl Scored {
+    pub fn len(&self) -> usize {
+        self.completions.len()
     }
-    let scored = ctx.rewards.score(&answers, &reward_ctx)?;
-    let total: Vec<f32> = scored.total.to_vec1().ctx(func)?;
-    let per_fn: Vec<Vec<f32>> = scored.per_fn.to_vec2().ctx(func)?;
-    let rows = generated
-        .into_iter()
-        .enumerate()
-        .map(|(r, row)| RolloutRow {
-            prompt_ids: ids[r / g].clone(),
-            correct: correctness_score(&row.answer, &gt[r], &Default::default()) as f64,
-            completion_ids: row.completion_ids,
-            model_token: row.model_token,
-            completion: row.answer,
-            trajectory: row.trajectory,
-            stopped_at_max_turns: row.stopped_at_max_turns,
-            prompt: prompt_texts[r].clone(),
-            finish_reason: row.finish_reason,
-            reward: total[r] as f64,
-            rewards_per_fn: per_fn[r].iter().map(|&x| x as f64).collect(),
-        })
-        .collect();
-    Ok((rows, tokens))
+
+    /// Appends rows `range` of `other`.
+    pub fn extend_rows(&mut self, other: &Self, range: std::ops::Range<usize>) {
+        self.prompt_ids
+            .extend_from_slice(&other.prompt_ids[range.clone()]);
+        self.prompts
+            .extend_from_slice(&other.prompts[range.clone()]);
+        self.completions
+            .extend_from_slice(&other.completions[range.clone()]);
+        self.rewards
+            .extend_from_slice(&other.rewards[range.clone()]);
+        self.rewards_per_fn
+            .extend_from_slice(&other.rewards_per_fn[range.clone()]);
+        self.correct.extend_from_slice(&other.correct[range]);
+    }
+
+    /// Appends all of `other`, and its generated tokens.
+    fn append(&mut self, other: Self) {
+        self.extend_rows(&other, 0..other.len());
+        self.generated_tokens += other.generated_tokens;
+    }
 }
 
-/// [`generate_group_rows`] with the prompts split into `workers` shards generated at once
-/// (see [`crate::parallel`]); rows come back in prompt order. With more than one shard, shard
-/// `s` samples with a seed derived from `(seed, s)`.
+/// Generates `params.num_generations` completions for each prompt, decodes and scores them;
+/// rows come back in groups of `G` (prompt-major). The prompts are split into
+/// `workers × W` shards (`W` ranks of `comm`); rank `r` generates and scores shards
+/// `r·workers ..` on its worker threads, and every rank gets every rank's rows, in prompt
+/// order (an all-gather of the serialised rows, small next to the generation), so that the
+/// groups kept, the advantages and the metrics are the same on every rank. With more than one
+/// shard, shard `s` samples with a seed derived from `(params.seed, s)`: `N` ranks of one
+/// worker sample exactly what one process of `N` workers does.
 ///
 /// # Errors
-/// As [`generate_group_rows`].
-pub fn generate_group_rows_sharded(
+/// Generation, decoding or reward failures; a failed collective.
+pub(crate) fn generate_group_rows(
     ctx: &RolloutContext<'_>,
+    par: Parallel<'_>,
+    params: &SamplingParams,
     prompts: &[EncodedPrompt],
     ground_truth: &[String],
-    workers: usize,
-) -> Result<(Vec<RolloutRow>, usize)> {
-    generate_group_rows_distributed(ctx, prompts, ground_truth, workers, &SingleProcess)
-}
-
-/// [`generate_group_rows_sharded`] over the ranks of `comm`: the prompts are split into
-/// `workers × W` shards (the shard and seed rule of `workers × W` in-process workers); rank
-/// `r` generates and scores shards `r·workers .. (r+1)·workers` on its workers, and every
-/// rank gets every rank's rows, in prompt order (an all-gather of the serialised rows, small
-/// next to the generation), so that the groups kept, the advantages and the metrics are
-/// computed identically on every rank.
-///
-/// # Errors
-/// As [`generate_group_rows`]; a failed collective.
-pub fn generate_group_rows_distributed(
-    ctx: &RolloutContext<'_>,
-    prompts: &[EncodedPrompt],
-    ground_truth: &[String],
-    workers: usize,
-    comm: &dyn Collective,
-) -> Result<(Vec<RolloutRow>, usize)> {
-    let workers = workers.max(1);
+) -> Result<Scored> {
+    let (workers, comm) = (par.workers.max(1), par.comm);
     let shards = split_even(prompts.len(), workers * comm.world_size());
     let mine: Vec<usize> = (0..shards.len())
         .filter(|s| s / workers == comm.rank())
@@ -174,116 +96,152 @@ pub fn generate_group_rows_distributed(
         let range = shards[mine[i]].clone();
         // A single shard keeps the step's seed: one worker samples what it always did.
         let seed = if shards.len() > 1 {
-            SplitMix64::derive(ctx.params.seed, mine[i] as u64).next_u64()
+            SplitMix64::derive(params.seed, mine[i] as u64).next_u64()
         } else {
-            ctx.params.seed
+            params.seed
         };
-        let params = SamplingParams {
+        let shard_params = SamplingParams {
             seed,
-            ..ctx.params.clone()
+            ..params.clone()
         };
-        let shard_ctx = RolloutContext {
-            params: &params,
-            ..*ctx
-        };
-        generate_group_rows(&shard_ctx, &prompts[range.clone()], &ground_truth[range])
+        score_shard(
+            ctx,
+            &shard_params,
+            &prompts[range.clone()],
+            &ground_truth[range],
+        )
     })?;
-    let mut rows = Vec::new();
-    let mut tokens = 0;
-    for (r, t) in parts {
-        rows.extend(r);
-        tokens += t;
+    let mut local = Scored::default();
+    for part in parts {
+        local.append(part);
     }
     if comm.world_size() > 1 {
-        return exchange_rows(comm, &rows, tokens);
+        return exchange(comm, &local);
     }
-    Ok((rows, tokens))
+    Ok(local)
 }
 
-/// Every rank's rows and generated-token count, concatenated in rank order.
-fn exchange_rows(
-    comm: &dyn Collective,
-    rows: &[RolloutRow],
-    tokens: usize,
-) -> Result<(Vec<RolloutRow>, usize)> {
+/// One shard's completions, decoded and scored.
+fn score_shard(
+    ctx: &RolloutContext<'_>,
+    params: &SamplingParams,
+    prompts: &[EncodedPrompt],
+    ground_truth: &[String],
+) -> Result<Scored> {
     let func = "rollout";
-    let local = serde_json::to_vec(&(rows, tokens))
+    let g = params.num_generations;
+    let ids: Vec<Vec<u32>> = prompts.iter().map(|p| p.ids.clone()).collect();
+    let (completions, tokens) = generate_rows(ctx.model, ctx.tokenizer, &ids, params, ctx.tools)?;
+    let n = completions.len();
+    let gt: Vec<String> = (0..n).map(|r| ground_truth[r / g].clone()).collect();
+    let prompt_texts: Vec<String> = (0..n).map(|r| prompts[r / g].text.clone()).collect();
+    let answers: Vec<String> = completions.iter().map(|r| r.answer.clone()).collect();
+    let reward_ctx = reward_context(&completions, gt, prompt_texts.clone(), params, ctx.tools);
+    let scored = ctx.rewards.score(&answers, &reward_ctx)?;
+    Ok(Scored {
+        prompt_ids: (0..n).map(|r| ids[r / g].clone()).collect(),
+        prompts: prompt_texts,
+        rewards: scored.total.to_vec1().ctx(func)?,
+        rewards_per_fn: scored.per_fn.to_vec2().ctx(func)?,
+        correct: ctx.accuracy.correct(&answers, &reward_ctx)?,
+        completions,
+        generated_tokens: tokens,
+    })
+}
+
+/// What the reward functions (and the accuracy) see besides the answers.
+pub(crate) fn reward_context(
+    completions: &[Completion],
+    ground_truth: Vec<String>,
+    prompts: Vec<String>,
+    params: &SamplingParams,
+    tools: Option<ToolUse<'_>>,
+) -> RewardContext {
+    let ctx = RewardContext::new()
+        .with_ground_truth(ground_truth)
+        .with_prompts(prompts)
+        .with_completion_lengths(completions.iter().map(|r| r.completion_ids.len()).collect())
+        .with_max_completion_length(params.max_new_tokens);
+    if tools.is_none() {
+        return ctx;
+    }
+    ctx.with_trajectories(
+        completions
+            .iter()
+            .map(|r| r.trajectory.clone().unwrap_or_default())
+            .collect(),
+    )
+}
+
+/// Every rank's rows, concatenated in rank order.
+fn exchange(comm: &dyn Collective, local: &Scored) -> Result<Scored> {
+    let func = "rollout";
+    let bytes = serde_json::to_vec(local)
         .map_err(|e| Error::value(func, "rows", "serialisable rollout rows", e))?;
     let gathered = comm
-        .all_gather_bytes(&local)
+        .all_gather_bytes(&bytes)
         .map_err(|e| dist_error(func, e))?;
-    let mut all = Vec::new();
-    let mut total = 0;
+    let mut all = Scored::default();
     for (rank, bytes) in gathered.iter().enumerate() {
-        let (r, t): (Vec<RolloutRow>, usize) = serde_json::from_slice(bytes)
+        let part: Scored = serde_json::from_slice(bytes)
             .map_err(|e| Error::value(func, "rows", format!("rank {rank}'s rollout rows"), e))?;
-        all.extend(r);
-        total += t;
+        all.append(part);
     }
-    Ok((all, total))
+    Ok(all)
 }
 
-/// Serde of `f64` as its IEEE-754 bits: exact, and NaN/Inf survive (JSON has neither).
-mod f64_bits {
+/// Serde of `f32`s as their IEEE-754 bits: exact, and NaN/Inf survive (JSON has neither).
+mod f32_bits {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
-        v.to_bits().serialize(s)
+    pub fn serialize<S: Serializer>(v: &[f32], s: S) -> Result<S::Ok, S::Error> {
+        v.iter()
+            .map(|x| x.to_bits())
+            .collect::<Vec<_>>()
+            .serialize(s)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-        u64::deserialize(d).map(f64::from_bits)
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f32>, D::Error> {
+        Vec::<u32>::deserialize(d).map(|v| v.into_iter().map(f32::from_bits).collect())
     }
 
-    /// The same for a `Vec<f64>`.
-    pub mod vec {
+    /// The same for rows of `f32`s.
+    pub mod nested {
         use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-        pub fn serialize<S: Serializer>(v: &[f64], s: S) -> Result<S::Ok, S::Error> {
+        pub fn serialize<S: Serializer>(v: &[Vec<f32>], s: S) -> Result<S::Ok, S::Error> {
             v.iter()
-                .map(|x| x.to_bits())
+                .map(|r| r.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
                 .collect::<Vec<_>>()
                 .serialize(s)
         }
 
-        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
-            Vec::<u64>::deserialize(d).map(|v| v.into_iter().map(f64::from_bits).collect())
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<f32>>, D::Error> {
+            Vec::<Vec<u32>>::deserialize(d).map(|v| {
+                v.into_iter()
+                    .map(|r| r.into_iter().map(f32::from_bits).collect())
+                    .collect()
+            })
         }
     }
 }
 
-/// Adds one round's rows to `acc`: all groups, or (dynamic sampling) only groups whose rewards
-/// differ, up to `max_groups` kept groups.
-///
-/// # Errors
-/// Tensor failures in the group filter.
-pub fn add_round(
-    acc: &mut Rollouts,
-    rows: Vec<RolloutRow>,
-    g: usize,
-    dynamic: bool,
-    max_groups: usize,
-) -> Result<()> {
-    let func = "rollout";
-    let rewards: Vec<f32> = rows.iter().map(|r| r.reward as f32).collect();
-    let filter = filter_groups(
-        &Tensor::new(rewards.as_slice(), &candle_core::Device::Cpu).ctx(func)?,
-        g,
-    )?;
-    acc.groups_generated += rows.len() / g;
-    acc.zero_std_groups += filter.num_dropped;
-    acc.all_rewards.extend(rows.iter().map(|r| r.reward));
-    acc.all_correct.extend(rows.iter().map(|r| r.correct));
-    acc.rounds += 1;
-    let kept: Vec<bool> = (0..rows.len() / g)
-        .map(|i| !dynamic || filter.kept_groups.contains(&i))
-        .collect();
-    for (i, group) in rows.chunks(g).enumerate() {
-        if kept[i] && acc.rows.len() / g < max_groups {
-            acc.rows.extend_from_slice(group);
-        } else {
-            acc.dropped_groups += 1;
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scored_rows_cross_ranks_bit_for_bit() {
+        let s = Scored {
+            rewards: vec![0.1, f32::NAN, -0.0],
+            rewards_per_fn: vec![vec![f32::INFINITY], vec![1e-30], vec![0.3]],
+            correct: vec![1.0, 0.0, 0.0],
+            ..Default::default()
+        };
+        let back: Scored = serde_json::from_slice(&serde_json::to_vec(&s).unwrap()).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&back.rewards), bits(&s.rewards));
+        assert_eq!(back.rewards_per_fn[0][0], f32::INFINITY);
+        assert_eq!(back.rewards_per_fn[1][0].to_bits(), 1e-30f32.to_bits());
     }
-    Ok(())
 }

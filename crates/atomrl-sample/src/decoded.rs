@@ -24,11 +24,13 @@ pub struct ToolUse<'a> {
     pub max_tool_turns: usize,
 }
 
-/// One decoded completion.
+/// One decoded completion (with tools: its whole trajectory): the one record of a generated
+/// sequence, from generation through rewards to the logs. Serialisable, so that data-parallel
+/// ranks can exchange their rollouts.
 ///
 /// See [`generate_rows`] for an example.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GeneratedRow {
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Completion {
     /// Every token after the prompt (tool turns included).
     pub completion_ids: Vec<u32>,
     /// `true` on the tokens the model generated (the loss mask), one per token.
@@ -79,7 +81,7 @@ pub fn generate_rows(
     prompts: &[Vec<u32>],
     params: &SamplingParams,
     tools: Option<ToolUse<'_>>,
-) -> Result<(Vec<GeneratedRow>, usize)> {
+) -> Result<(Vec<Completion>, usize)> {
     match tools.filter(|t| !t.tools.is_empty()) {
         None => single_turn(model, tokenizer, prompts, params),
         Some(t) => {
@@ -100,7 +102,7 @@ fn single_turn(
     tokenizer: &ChatTokenizer,
     prompts: &[Vec<u32>],
     params: &SamplingParams,
-) -> Result<(Vec<GeneratedRow>, usize)> {
+) -> Result<(Vec<Completion>, usize)> {
     let out = generate_samples(model, prompts, params, Some(tokenizer))?;
     let texts = tokenizer.decode_completions(&out, &params.stop_strings)?;
     let rows = out
@@ -108,7 +110,7 @@ fn single_turn(
         .into_iter()
         .zip(texts)
         .zip(&out.finish_reasons)
-        .map(|((ids, text), &finish_reason)| GeneratedRow {
+        .map(|((ids, text), &finish_reason)| Completion {
             model_token: vec![true; ids.len()],
             completion_ids: ids,
             answer: text.clone(),
@@ -125,7 +127,7 @@ fn decode_trajectory(
     tokenizer: &ChatTokenizer,
     traj: &ToolTrajectory,
     stop_strings: &[String],
-) -> Result<GeneratedRow> {
+) -> Result<Completion> {
     let text = tokenizer.decode(&traj.completion_ids, true)?;
     let answer = tokenizer.decode_turn(traj.final_turn(), traj.finish_reason, stop_strings)?;
     let tool_calls = traj
@@ -140,7 +142,7 @@ fn decode_trajectory(
             )
         })
         .collect();
-    Ok(GeneratedRow {
+    Ok(Completion {
         completion_ids: traj.completion_ids.clone(),
         model_token: traj.model_token.clone(),
         answer,

@@ -59,7 +59,7 @@ mod trajectory;
 
 pub use atomrl_core::{Error, Result};
 pub use chat::{ChatMessage, ChatTokenizer};
-pub use decoded::{generate_rows, GeneratedRow, ToolUse};
+pub use decoded::{generate_rows, Completion, ToolUse};
 pub use decoder::{BatchDecoder, CacheMode};
 pub use generate::{generate_samples, generate_samples_with};
 pub use params::SamplingParams;

@@ -7,13 +7,18 @@
 //! - [`config`]: [`config::GRPOArgs`] with the `grpo`, `dapo` and `sft` presets.
 //! - [`optim`] (the `atomrl-optim` crate): AdamW with savable state, LR schedules, gradient
 //!   accumulation and clipping.
-//! - [`grpo`]: [`GRPOTrainer`], the GRPO / DAPO loop (prompts, rollouts and evaluation come
-//!   from the `atomrl-rollout` crate).
+//! - [`Trainer`] (also [`GRPOTrainer`]): the training loop every recipe shares — sampling,
+//!   the recipe's step in two phases (make the [`Experience`](atomrl_rollout::Experience),
+//!   then update the [`TrainState`]), checkpoints, exact resume, metrics, evaluation.
+//! - [`grpo`]: the GRPO / DAPO update ([`grpo::policy_update`]); the experience comes from
+//!   the `atomrl-rollout` crate. [`sft`]: the SFT step.
+//! - [`accumulate`]: one optimizer step over micro-batches, workers and ranks.
 //! - [`checkpoint`]: atomic HF-format checkpoints with the trainer state, for exact resume.
 //! - [`runtime`]: the CPU plan (threads, workers), model and tokenizer loading.
 
 #![deny(missing_docs)]
 
+pub mod accumulate;
 pub mod checkpoint;
 pub mod config;
 pub mod grpo;
@@ -21,6 +26,8 @@ mod recipe;
 pub mod run;
 pub mod runtime;
 pub mod sft;
+mod state;
+mod trainer;
 
 /// Datasets, re-exported from [`atomrl_data`].
 pub use atomrl_data as data;
@@ -28,8 +35,11 @@ pub use atomrl_data as data;
 pub use atomrl_metrics as logging;
 /// Optimisation, re-exported from [`atomrl_optim`].
 pub use atomrl_optim as optim;
+/// Prompts, experience and evaluation, re-exported from [`atomrl_rollout`].
+pub use atomrl_rollout as rollout;
 /// The shard rule of CPU workers and data-parallel ranks, re-exported from
 /// [`atomrl_rollout::parallel`].
 pub use atomrl_rollout::parallel;
 pub use config::{GRPOArgs, Recipe};
-pub use grpo::{GRPOTrainer, TrainSummary, Trainer};
+pub use state::TrainState;
+pub use trainer::{ExperienceHook, GRPOTrainer, TrainSummary, Trainer};

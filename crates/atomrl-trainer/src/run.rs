@@ -6,8 +6,8 @@ use atomrl_core::{DeviceSpec, Result};
 use atomrl_dist::{Collective, SingleProcess};
 
 use crate::config::{build_rewards, GRPOArgs, Recipe};
-use crate::grpo::{GRPOTrainer, TrainSummary};
 use crate::runtime::{load_policy, set_threads};
+use crate::trainer::{GRPOTrainer, TrainSummary};
 
 /// Loads the model, tokenizer, rewards and data of `args` and trains.
 ///
@@ -38,7 +38,7 @@ pub fn run_recipe_with(mut args: GRPOArgs, comm: Rc<dyn Collective>) -> Result<T
     let device = args.device.open()?;
     let (model, tokenizer) = load_policy(&args, &device)?;
     let trainer = match args.recipe {
-        Recipe::Sft => crate::grpo::Trainer::sft(args, model, tokenizer)?,
+        Recipe::Sft => crate::Trainer::sft(args, model, tokenizer)?,
         Recipe::Grpo | Recipe::Dapo => {
             let rewards = build_rewards(&args)?;
             GRPOTrainer::new(args, model, tokenizer, rewards)?

@@ -7,8 +7,10 @@
 
 use atomrl_model::{Architecture, CausalLm, ModelConfig};
 use atomrl_trainer::config::{GRPOArgs, Recipe};
-use atomrl_trainer::grpo::{policy_update, TrainingBatch, UpdateContext, UpdateStats};
-use atomrl_trainer::optim::{AdamW, AdamWConfig};
+use atomrl_trainer::grpo::{policy_update, UpdateStats};
+use atomrl_trainer::optim::AdamWConfig;
+use atomrl_trainer::rollout::Experience;
+use atomrl_trainer::TrainState;
 use candle_core::{DType, Device};
 
 fn model() -> CausalLm {
@@ -17,7 +19,7 @@ fn model() -> CausalLm {
 }
 
 /// Six rows of ragged prompts and completions (completion `i` has `completion_len(i)` tokens).
-fn ragged_batch(adv: &[f32; 6], completion_len: fn(usize) -> usize) -> TrainingBatch {
+fn ragged_batch(adv: &[f32; 6], completion_len: fn(usize) -> usize) -> Experience {
     let prompts: Vec<Vec<u32>> = (0..6)
         .map(|i| {
             (0..(2 + i % 3))
@@ -39,16 +41,16 @@ fn ragged_batch(adv: &[f32; 6], completion_len: fn(usize) -> usize) -> TrainingB
         .zip(&masks)
         .map(|((p, c), m)| (p.as_slice(), c.as_slice(), m.as_slice()))
         .collect();
-    TrainingBatch::build(&rows, adv, &[true; 6], 0, &Device::Cpu).unwrap()
+    Experience::from_rows(&rows, adv, &[true; 6], 0, &Device::Cpu).unwrap()
 }
 
-fn batch() -> TrainingBatch {
+fn batch() -> Experience {
     ragged_batch(&[0.9, -0.4, 1.3, -1.1, 0.2, -0.9], |i| 1 + (i * 5) % 6)
 }
 
 /// One trainer update of a fresh model on `batch` (no gradient clipping), and the model after it.
 fn update(
-    batch: &TrainingBatch,
+    batch: &Experience,
     loss_agg: &str,
     accumulation: usize,
     workers: usize,
@@ -61,17 +63,9 @@ fn update(
         max_grad_norm: 0.0,
         ..GRPOArgs::preset(Recipe::Grpo)
     };
-    let params = m.named_vars();
-    let mut opt = AdamW::new(params.clone(), AdamWConfig::default()).unwrap();
-    let ctx = UpdateContext {
-        model: &m,
-        reference: None,
-        params: &params,
-        args: &args,
-        comm: &atomrl_dist::SingleProcess,
-    };
-    let stats = policy_update(&ctx, &mut opt, batch, 1e-2).unwrap();
-    (stats, m)
+    let mut state = TrainState::new(m, AdamWConfig::default()).unwrap();
+    let stats = policy_update(&mut state, batch, &args.update(), 1e-2).unwrap();
+    (stats, state.model)
 }
 
 fn run(loss_agg: &str, accumulation: usize, workers: usize) -> (f64, f64, Vec<f32>) {
@@ -151,7 +145,7 @@ fn skipping_zero_advantage_rows_is_exact() {
             &lp,
             &lp.detach(),
             &batch.advantages,
-            &batch.completion_mask,
+            &batch.loss_mask,
             &opts,
         )
         .unwrap();
@@ -163,8 +157,10 @@ fn skipping_zero_advantage_rows_is_exact() {
             out.loss.to_scalar::<f32>().unwrap() as f64,
             grads.global_norm().unwrap(),
         );
-        // Trainer path: rows 1 and 4 are skipped.
-        let (stats, _) = update(&batch, agg, 1, 1);
+        // Trainer path: rows 1 and 4 leave the experience (its normaliser stays).
+        let kept = batch.without_zero_advantage().unwrap();
+        assert_eq!((kept.num_rows(), kept.normalizer), (4, batch.normalizer));
+        let (stats, _) = update(&kept, agg, 1, 1);
         assert!(
             (stats.loss - loss).abs() <= 1e-5 * loss.abs().max(1e-3),
             "{agg}: loss {} vs {loss}",
@@ -191,21 +187,15 @@ fn a_flat_step_is_a_zero_gradient_adamw_step() {
         max_grad_norm: 0.0,
         ..GRPOArgs::preset(Recipe::Grpo)
     };
-    let params = m.named_vars();
     let config = AdamWConfig {
         weight_decay: 0.1,
         ..AdamWConfig::default()
     };
-    let mut opt = AdamW::new(params.clone(), config).unwrap();
-    let ctx = UpdateContext {
-        model: &m,
-        reference: None,
-        params: &params,
-        args: &args,
-        comm: &atomrl_dist::SingleProcess,
-    };
+    let mut state = TrainState::new(m, config).unwrap();
+    let params = state.params.clone();
     let lr = 1e-2;
-    policy_update(&ctx, &mut opt, &batch(), lr).unwrap();
+    policy_update(&mut state, &batch(), &args.update(), lr).unwrap();
+    let opt = &state.optimizer;
     assert_eq!(opt.step_count(), 1);
     let dir = std::env::temp_dir().join(format!("atomrl-flat-step-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -219,8 +209,13 @@ fn a_flat_step_is_a_zero_gradient_adamw_step() {
         .map(|(_, v)| v.as_tensor().flatten_all().unwrap().to_vec1().unwrap())
         .collect();
 
-    let flat = ragged_batch(&[0.0; 6], |i| 1 + (i * 5) % 6);
-    let stats = policy_update(&ctx, &mut opt, &flat, lr).unwrap();
+    // The experience of a flat step has no rows left, only its normaliser.
+    let flat = ragged_batch(&[0.0; 6], |i| 1 + (i * 5) % 6)
+        .without_zero_advantage()
+        .unwrap();
+    assert_eq!((flat.num_rows(), flat.normalizer.rows), (0, 6));
+    let stats = policy_update(&mut state, &flat, &args.update(), lr).unwrap();
+    let opt = &state.optimizer;
     assert_eq!(stats.skipped, 0);
     assert_eq!(opt.step_count(), 2, "the flat step counts");
     opt.save(&after_file).unwrap();

@@ -124,6 +124,9 @@ fn a_tiny_run_writes_metrics_events_charts_and_checkpoints() {
     CausalLm::from_hf_dir(run.join("checkpoint-4"), DType::F32, &Device::Cpu).unwrap();
 }
 
+/// A NaN in one step's experience (its loss mask poisoned through the experience hook, so that
+/// the step's log-prob sums are not finite, as a numerical blow-up makes them) skips that
+/// step's update, says so, and the run goes on.
 #[test]
 fn injected_nan_skips_the_step_and_the_run_goes_on() {
     let dir = temp_dir("grpo-nan");
@@ -131,7 +134,11 @@ fn injected_nan_skips_the_step_and_the_run_goes_on() {
         args(&dir, &["save_steps=0", "eval_size=0"]),
         vowel_rewards(),
     )
-    .inject_nan_at(&[2]);
+    .with_experience_hook(Box::new(|step, exp| {
+        if step == 2 {
+            exp.loss_mask = (&exp.loss_mask * f64::NAN).unwrap();
+        }
+    }));
     let mut t = t;
     let summary = t.train().unwrap();
     assert_eq!((summary.steps, summary.skipped_steps), (4, 1));
@@ -190,7 +197,7 @@ fn dynamic_sampling_drops_flat_groups_and_refills() {
 /// gives the same rows, and the sharded greedy evaluation scores what one worker scores.
 #[test]
 fn data_parallel_workers_train_deterministically() {
-    use atomrl_trainer::grpo::{evaluate, evaluate_sharded, PromptEncoder};
+    use atomrl_trainer::rollout::{evaluate, EvalData, PromptEncoder};
     let rows_of = |name: &str| {
         let dir = temp_dir(name);
         let a = args(&dir, &["workers=2", "save_steps=0"]);
@@ -222,8 +229,18 @@ fn data_parallel_workers_train_deterministically() {
             completion: None,
         })
         .collect();
-    let one = evaluate(&model, &tok, &encoder, &examples, 8).unwrap();
-    let three = evaluate_sharded(&model, &tok, &encoder, &examples, 8, 3, None).unwrap();
+    let accuracy = atomrl_reward::Accuracy::default();
+    let data = EvalData {
+        model: &model,
+        tokenizer: &tok,
+        encoder: &encoder,
+        examples: &examples,
+        max_new_tokens: 8,
+        tools: None,
+        accuracy: &accuracy,
+    };
+    let one = evaluate(&data, 1, &atomrl_dist::SingleProcess).unwrap();
+    let three = evaluate(&data, 3, &atomrl_dist::SingleProcess).unwrap();
     assert_eq!(
         (one.accuracy, one.format_rate, one.mean_length, one.count),
         (

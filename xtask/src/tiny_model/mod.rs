@@ -33,8 +33,8 @@ use atomrl_reward::WeightedRewards;
 use atomrl_sample::ChatTokenizer;
 use atomrl_trainer::config::{LrSchedule, Resume};
 use atomrl_trainer::data::{DataSource, SYNTHETIC_DEFAULT, SYNTHETIC_DEFAULT_PROBLEMS};
-use atomrl_trainer::grpo::{evaluate, EvalResult, PromptEncoder};
 use atomrl_trainer::logging::keys;
+use atomrl_trainer::rollout::{evaluate, EvalData, EvalResult, PromptEncoder};
 use atomrl_trainer::{GRPOArgs, Recipe, Trainer};
 use candle_core::{DType, Device};
 use clap::Args;
@@ -345,14 +345,17 @@ pub fn run(a: &TinyModelArgs) -> Result<()> {
     let reloaded =
         CausalLm::from_hf_dir(&out, DType::F32, &Device::Cpu).map_err(|e| anyhow!("{e}"))?;
     let reloaded_tok = ChatTokenizer::from_hf_dir(&out).map_err(|e| anyhow!("{e}"))?;
-    let check = evaluate(
-        &reloaded,
-        &reloaded_tok,
-        &encoder,
-        &eval,
-        MAX_COMPLETION_LENGTH,
-    )
-    .map_err(|e| anyhow!("{e}"))?;
+    let accuracy = atomrl_reward::Accuracy::default();
+    let data = EvalData {
+        model: &reloaded,
+        tokenizer: &reloaded_tok,
+        encoder: &encoder,
+        examples: &eval,
+        max_new_tokens: MAX_COMPLETION_LENGTH,
+        tools: None,
+        accuracy: &accuracy,
+    };
+    let check = evaluate(&data, 1, &atomrl_dist::SingleProcess).map_err(|e| anyhow!("{e}"))?;
     anyhow::ensure!(
         check.accuracy == after.accuracy && check.format_rate == after.format_rate,
         "the saved model scores {} / {} format, the trained one {} / {}",

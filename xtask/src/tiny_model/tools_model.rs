@@ -22,10 +22,11 @@ use anyhow::{anyhow, Context, Result};
 use atomrl_model::CausalLm;
 use atomrl_reward::WeightedRewards;
 use atomrl_sample::ChatTokenizer;
+use atomrl_sample::ToolUse;
 use atomrl_tools::ToolSet;
 use atomrl_trainer::config::{LrSchedule, Resume};
 use atomrl_trainer::data::SYNTHETIC_DEFAULT;
-use atomrl_trainer::grpo::{evaluate_sharded, EvalResult, PromptEncoder, ToolUse};
+use atomrl_trainer::rollout::{evaluate, EvalData, EvalResult, PromptEncoder};
 use atomrl_trainer::{GRPOArgs, Recipe, Trainer};
 use candle_core::{DType, Device};
 use clap::Args;
@@ -243,16 +244,18 @@ pub fn run(a: &ToolModelArgs) -> Result<()> {
     let reloaded =
         CausalLm::from_hf_dir(&out, DType::F32, &Device::Cpu).map_err(|e| anyhow!("{e}"))?;
     let reloaded_tok = ChatTokenizer::from_hf_dir(&out).map_err(|e| anyhow!("{e}"))?;
-    let after = evaluate_sharded(
-        &reloaded,
-        &reloaded_tok,
-        &encoder,
-        &eval,
-        TOOL_MAX_COMPLETION_LENGTH,
-        a.workers,
-        Some(tool_use),
-    )
-    .map_err(|e| anyhow!("{e}"))?;
+    let accuracy = atomrl_reward::Accuracy::default();
+    let data = EvalData {
+        model: &reloaded,
+        tokenizer: &reloaded_tok,
+        encoder: &encoder,
+        examples: &eval,
+        max_new_tokens: TOOL_MAX_COMPLETION_LENGTH,
+        tools: Some(tool_use),
+        accuracy: &accuracy,
+    };
+    let after =
+        evaluate(&data, a.workers, &atomrl_dist::SingleProcess).map_err(|e| anyhow!("{e}"))?;
     let weights = std::fs::read(out.join("model.safetensors")).context("reading the weights")?;
     let sha = sha256::hex_digest(&weights);
     let md = build_markdown(a, &after, sft_seconds, &sha, n_traced, trace_max);

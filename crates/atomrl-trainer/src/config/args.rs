@@ -74,6 +74,37 @@ fn one() -> f32 {
     1.0
 }
 
+/// Which completions count as correct (`[accuracy]`): the training `accuracy` metric and the
+/// held-out evaluation score with this reward and call a completion correct when it reaches
+/// `threshold`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccuracySpec {
+    /// A name known to `atomrl_reward::reward_fn_by_name` (default `correctness`).
+    #[serde(default = "correctness")]
+    pub reward: String,
+    /// Options of the reward (e.g. `{ strict = true }`).
+    #[serde(default)]
+    pub options: toml::Table,
+    /// The score at or above which a completion is correct (default 1).
+    #[serde(default = "one")]
+    pub threshold: f32,
+}
+
+fn correctness() -> String {
+    "correctness".into()
+}
+
+impl Default for AccuracySpec {
+    fn default() -> Self {
+        Self {
+            reward: correctness(),
+            options: toml::Table::new(),
+            threshold: 1.0,
+        }
+    }
+}
+
 /// LoRA settings (`[lora]`); absent means full fine-tuning.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -183,6 +214,8 @@ pub struct GRPOArgs {
     pub entropy_coef: f64,
     /// Reward functions and weights.
     pub rewards: Vec<RewardSpec>,
+    /// What counts as a correct completion in metrics and evaluation.
+    pub accuracy: AccuracySpec,
     /// Peak learning rate.
     pub lr: f64,
     /// AdamW decoupled weight decay.
@@ -341,6 +374,7 @@ mod tests {
                     options: toml::Table::new(),
                 },
             ],
+            accuracy: AccuracySpec::default(),
             lr: 1e-6,
             weight_decay: 0.0,
             adam_beta1: 0.9,

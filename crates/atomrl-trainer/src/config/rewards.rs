@@ -1,7 +1,7 @@
 //! The weighted reward functions of a run, built from `[[rewards]]` and the overlong options.
 
 use atomrl_core::{Error, Result};
-use atomrl_reward::WeightedRewards;
+use atomrl_reward::{Accuracy, WeightedRewards};
 
 use super::args::GRPOArgs;
 
@@ -49,4 +49,22 @@ pub fn build_rewards(args: &GRPOArgs) -> Result<WeightedRewards> {
         }
     }
     WeightedRewards::from_config(&serde_json::Value::Array(config))
+}
+
+/// The configured [`Accuracy`] (`[accuracy]`: reward, options, threshold), which training
+/// metrics and evaluation both use.
+///
+/// # Errors
+/// An unknown reward or option, a threshold that is not finite.
+///
+/// ```
+/// use atomrl_trainer::config::{build_accuracy, GRPOArgs, Recipe};
+/// assert_eq!(build_accuracy(&GRPOArgs::preset(Recipe::Grpo))?.name(), "correctness");
+/// # Ok::<(), atomrl_core::Error>(())
+/// ```
+pub fn build_accuracy(args: &GRPOArgs) -> Result<Accuracy> {
+    let spec = &args.accuracy;
+    let options = serde_json::to_value(&spec.options)
+        .map_err(|e| Error::value("config", "accuracy.options", "a table", e))?;
+    Accuracy::from_config(&spec.reward, &options, spec.threshold)
 }

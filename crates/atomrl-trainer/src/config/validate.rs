@@ -117,6 +117,7 @@ fn check_recipe(a: &GRPOArgs) -> Result<()> {
         }
     }
     super::rewards::build_rewards(a)?;
+    super::rewards::build_accuracy(a)?;
     super::tools::build_tools(a)?;
     if let Some(lora) = &a.lora {
         at_least("lora.r", lora.r, 1)?;

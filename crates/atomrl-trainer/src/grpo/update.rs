@@ -3,21 +3,13 @@
 
 use atomrl_core::shape::masked_sum;
 use atomrl_core::{CandleContext, Result};
-use atomrl_logprob::{get_action_log_probs, get_shared_prompt_log_probs, TokenLogProbs};
-use atomrl_loss::{
-    aggregate_loss, compute_kl_penalty, compute_policy_loss, AggOptions, PolicyLossOptions,
-};
-use atomrl_model::CausalLm;
-use candle_core::{Tensor, Var};
+use atomrl_loss::{aggregate_loss, compute_kl_penalty, compute_policy_loss, PolicyLossOptions};
+use atomrl_rollout::{experience_log_probs, Experience};
+use candle_core::Tensor;
 
-use super::accumulate::{
-    accumulate_and_step_hooked, zero_gradient_step, MicroStatistics, StepSettings,
-};
-use crate::config::GRPOArgs;
-use crate::optim::AdamW;
-use crate::parallel::{sharded_chunks, split_even};
-use atomrl_dist::Collective;
-use atomrl_logprob::TrainingBatch;
+use crate::accumulate::{accumulate_and_step, zero_gradient_step, MicroStatistics, StepSettings};
+use crate::config::{LossConfig, UpdateConfig};
+use crate::state::TrainState;
 
 /// What an update measured.
 #[derive(Debug, Clone, Default)]
@@ -104,148 +96,63 @@ impl MicroStatistics for MicroStats {
     }
 }
 
-/// The pieces an update works on.
-pub struct UpdateContext<'a> {
-    /// The trainable policy.
-    pub model: &'a CausalLm,
-    /// A frozen reference model (only when β > 0).
-    pub reference: Option<&'a CausalLm>,
-    /// The trainable parameters, by name (the optimizer's).
-    pub params: &'a [(String, Var)],
-    /// Run options.
-    pub args: &'a GRPOArgs,
-    /// The data-parallel ranks the update is shared with ([`atomrl_dist::SingleProcess`]
-    /// for one process).
-    pub comm: &'a dyn Collective,
-}
-
-/// Log-probs (and entropies) of the completion tokens of `batch` under `model`: each prompt
-/// goes through the model once for all its completions
-/// ([`get_shared_prompt_log_probs`], the same numbers), except under gradient checkpointing,
-/// whose memory saving needs the rows run whole.
-fn batch_log_probs(
-    model: &CausalLm,
-    batch: &TrainingBatch,
-    temperature: f64,
-    with_entropy: bool,
-) -> Result<TokenLogProbs> {
-    if !model.gradient_checkpointing() {
-        if let Some(shared) = batch.shared_prompts()? {
-            return get_shared_prompt_log_probs(model, &shared, temperature, with_entropy);
-        }
-    }
-    get_action_log_probs(
-        model,
-        &batch.input_ids,
-        &batch.attention_mask,
-        batch.completion_len,
-        temperature,
-        with_entropy,
-    )
-}
-
-/// Log-probs of the completion tokens under `model` without a graph (`[R, T]`), micro-batch by
-/// micro-batch (`chunks` of rows: the update's micro-batches), each on the worker and rank
-/// that will train on it ([`sharded_chunks`]), then shared.
-fn detached_log_probs(
-    model: &CausalLm,
-    batch: &TrainingBatch,
-    chunks: &[std::ops::Range<usize>],
-    ctx: &UpdateContext<'_>,
-) -> Result<Tensor> {
-    let view = model.detached();
-    let parts = sharded_chunks(
-        "update",
-        chunks.len(),
-        ctx.args.workers,
-        ctx.comm,
-        model.device(),
-        |c| {
-            let mb = batch.rows(chunks[c].start, chunks[c].len())?;
-            Ok(batch_log_probs(&view, &mb, ctx.args.temperature, false)?.log_probs)
-        },
-    )?;
-    Tensor::cat(&parts, 0).ctx("update")
-}
-
-/// Runs `num_iterations` optimizer updates on `batch` at learning rate `lr`.
+/// Runs `config.iterations` optimizer updates of `state` on `exp` at learning rate `lr`: the
+/// clipped policy loss (with the old log-probs of the experience when it has them, else the
+/// current ones detached), `+ β·KL` to the experience's reference log-probs, `−` the entropy
+/// bonus, each aggregated with the step's normaliser; gradient accumulation over the
+/// micro-batches of every worker and rank, clipping, the NaN/Inf guard, AdamW.
+///
+/// An experience with no rows but a normaliser (every group flat: its rows were dropped) takes
+/// one zero-gradient optimizer step per iteration, as TRL and verl do.
 ///
 /// # Errors
 /// Tensor or shape failures (a non-finite loss is not an error: the step is skipped).
 pub fn policy_update(
-    ctx: &UpdateContext<'_>,
-    optimizer: &mut AdamW,
-    batch: &TrainingBatch,
+    state: &mut TrainState,
+    exp: &Experience,
+    config: &UpdateConfig,
     lr: f64,
 ) -> Result<UpdateStats> {
-    policy_update_hooked(ctx, optimizer, batch, lr, false)
-}
-
-/// [`policy_update`], with the loss made NaN when `inject_nan` (the trainer's test hook for the
-/// guard, feature `test-hooks`).
-pub(crate) fn policy_update_hooked(
-    ctx: &UpdateContext<'_>,
-    optimizer: &mut AdamW,
-    batch: &TrainingBatch,
-    lr: f64,
-    inject_nan: bool,
-) -> Result<UpdateStats> {
-    let func = "update";
-    let a = ctx.args;
-    let rows = batch.num_rows();
-    let total_tokens = batch.completion_tokens(func)?;
     let mut stats = UpdateStats {
         kl: f64::NAN,
         ..Default::default()
     };
-    if total_tokens == 0.0 {
+    if exp.normalizer.tokens == 0.0 {
         stats.skipped = 1;
         stats.skip_reason = Some("no completion token counts in the loss".into());
         return Ok(stats);
     }
-    let opts = loss_options(a, total_tokens, rows);
-    // With no KL and no entropy term, a row whose advantage is exactly 0 has a per-token loss of
-    // exactly 0 and no gradient: skipping its forward and backward changes nothing (its tokens
-    // stay in the global normaliser above) and saves the compute of every flat group.
-    let kept_rows;
-    let batch = if a.beta == 0.0 && a.entropy_coef == 0.0 {
-        let Some(kept) = rows_with_advantage(batch)? else {
-            // Every group is flat: the loss and its gradient are exactly 0. Like TRL and verl,
-            // the optimizer still steps (zero gradient: the moments decay, weight decay
-            // applies, the step count advances), once per iteration.
-            for _ in 0..a.num_iterations {
-                zero_gradient_step(optimizer, lr)?;
-            }
-            return Ok(stats);
-        };
-        kept_rows = kept;
-        &kept_rows
-    } else {
-        batch
+    if exp.num_rows() == 0 {
+        // Every group is flat: the loss and its gradient are exactly 0. Like TRL and verl, the
+        // optimizer still steps (zero gradient: the moments decay, weight decay applies, the
+        // step count advances), once per iteration.
+        for _ in 0..config.iterations {
+            zero_gradient_step(&mut state.optimizer, lr)?;
+        }
+        return Ok(stats);
+    }
+    let opts = loss_options(&config.loss.policy, exp);
+    let loss = MicroLoss {
+        model: &state.model,
+        config: &config.loss,
+        opts: &opts,
     };
-    let loss = MicroLoss::new(ctx, batch, &opts)?;
-    let settings = StepSettings {
-        accumulation: a.gradient_accumulation_steps,
-        workers: a.workers,
-        max_grad_norm: a.max_grad_norm,
-        lr,
-    };
-    for _ in 0..a.num_iterations {
-        let (outcome, parts) = accumulate_and_step_hooked(
-            ctx.params,
-            optimizer,
-            batch,
+    let settings = StepSettings { lr, ..config.steps };
+    for _ in 0..config.iterations {
+        let (outcome, parts) = accumulate_and_step(
+            &state.params,
+            &mut state.optimizer,
+            exp,
             settings,
-            ctx.comm,
-            inject_nan,
-            |mb, first| loss.of(mb, first),
+            state.comm.as_ref(),
+            |mb| loss.of(mb),
         )?;
         let m = parts
             .into_iter()
             .fold(MicroStats::default(), MicroStats::add);
         stats.loss = outcome.loss;
         stats.grad_norm = outcome.grad_norm;
-        m.write_means(&mut stats, loss.reference.is_some());
+        m.write_means(&mut stats, exp.ref_log_probs.is_some());
         if let Some(reason) = outcome.skipped {
             stats.skipped += 1;
             stats.skip_reason = Some(reason);
@@ -254,98 +161,41 @@ pub(crate) fn policy_update_hooked(
     Ok(stats)
 }
 
-/// The policy-loss options of `a`, with the global normaliser: every micro-batch divides by the
-/// whole batch's tokens / rows, so the micro-batch losses add up to the full-batch loss (TRL
+/// The policy-loss options with the step's normaliser: every micro-batch divides by the
+/// whole step's tokens / rows, so the micro-batch losses add up to the full-batch loss (TRL
 /// issue #3021).
-fn loss_options(a: &GRPOArgs, total_tokens: f64, rows: usize) -> PolicyLossOptions {
-    PolicyLossOptions {
-        clip_low: a.clip_low,
-        clip_high: a.clip_high,
-        clip_ratio_c: a.clip_ratio_c,
-        ratio_level: a.ratio_level,
-        agg: AggOptions {
-            mode: a.loss_agg,
-            max_len: Some(a.max_completion_length),
-            global_tokens: Some(total_tokens),
-            global_seqs: Some(rows as f64),
-        },
-    }
-}
-
-/// The rows of `batch` whose advantage is not 0, or `None` when every row's is.
-fn rows_with_advantage(batch: &TrainingBatch) -> Result<Option<TrainingBatch>> {
-    let adv: Vec<f32> = batch.advantages.to_vec1().ctx("update")?;
-    let keep: Vec<u32> = (0..adv.len() as u32)
-        .filter(|&i| adv[i as usize] != 0.0)
-        .collect();
-    if keep.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(batch.select(&keep)?.compact()?))
+fn loss_options(policy: &PolicyLossOptions, exp: &Experience) -> PolicyLossOptions {
+    let mut opts = policy.clone();
+    opts.agg.global_tokens = Some(exp.normalizer.tokens);
+    opts.agg.global_seqs = Some(exp.normalizer.rows as f64);
+    opts
 }
 
 /// The loss of one micro-batch: the clipped policy loss, `+ β·KL` to the reference, `−` the
-/// entropy bonus, each aggregated with the whole batch's normaliser.
+/// entropy bonus, each aggregated with the step's normaliser.
 struct MicroLoss<'a> {
-    model: &'a CausalLm,
-    args: &'a GRPOArgs,
+    model: &'a atomrl_model::CausalLm,
+    config: &'a LossConfig,
     opts: &'a PolicyLossOptions,
-    /// Log-probs of the policy before the update (`num_iterations > 1`), all rows.
-    old: Option<Tensor>,
-    /// Log-probs of the reference model (β > 0), all rows.
-    reference: Option<Tensor>,
 }
 
-impl<'a> MicroLoss<'a> {
-    /// The loss of `ctx` on `batch`, with the old policy's log-probs (`num_iterations > 1`)
-    /// and the reference's (β > 0) computed first, without a graph.
-    fn new(
-        ctx: &UpdateContext<'a>,
-        batch: &TrainingBatch,
-        opts: &'a PolicyLossOptions,
-    ) -> Result<Self> {
-        let a = ctx.args;
-        // The update's own micro-batches and shard rule (`accumulate_and_step`).
-        let shards = a.workers.max(1) * ctx.comm.world_size();
-        let micro = split_even(
-            batch.num_rows(),
-            a.gradient_accumulation_steps.max(1) * shards,
-        );
-        Ok(Self {
-            model: ctx.model,
-            args: a,
-            opts,
-            old: if a.num_iterations > 1 {
-                Some(detached_log_probs(ctx.model, batch, &micro, ctx)?)
-            } else {
-                None
-            },
-            reference: match ctx.reference {
-                Some(r) if a.beta > 0.0 => Some(detached_log_probs(r, batch, &micro, ctx)?),
-                _ => None,
-            },
-        })
-    }
-
-    /// The loss of micro-batch `mb` (rows `first..` of the batch) and its token-weighted
-    /// statistics; `None` when its log-probs are not finite.
-    fn of(&self, mb: &TrainingBatch, first: usize) -> Result<Option<(Tensor, MicroStats)>> {
+impl MicroLoss<'_> {
+    /// The loss of micro-batch `mb` and its token-weighted statistics; `None` when its
+    /// log-probs are not finite.
+    fn of(&self, mb: &Experience) -> Result<Option<(Tensor, MicroStats)>> {
         let func = "update";
-        let a = self.args;
+        let c = self.config;
         let agg = &self.opts.agg;
-        let len = mb.num_rows();
-        let tokens = mb.completion_tokens(func)?;
-        let out = batch_log_probs(self.model, mb, a.temperature, true)?;
+        let mask = &mb.loss_mask;
+        let tokens = mb.loss_tokens(func)?;
+        let out = experience_log_probs(self.model, mb, c.temperature, true)?;
         let lp = out.log_probs;
-        let lp_sum = masked_sum(func, &lp, &mb.completion_mask)?;
+        let lp_sum = masked_sum(func, &lp, mask)?;
         if !lp_sum.is_finite() {
             return Ok(None);
         }
-        let old_mb = match &self.old {
-            Some(o) => o.narrow(0, first, len).ctx(func)?,
-            None => lp.detach(),
-        };
-        let pl = compute_policy_loss(&lp, &old_mb, &mb.advantages, &mb.completion_mask, self.opts)?;
+        let old = mb.old_log_probs.clone().unwrap_or_else(|| lp.detach());
+        let pl = compute_policy_loss(&lp, &old, &mb.advantages, mask, self.opts)?;
         let mut loss = pl.loss.clone();
         let mut m = MicroStats {
             clip: pl.clip_frac * tokens,
@@ -355,23 +205,18 @@ impl<'a> MicroLoss<'a> {
             weight: tokens,
             ..Default::default()
         };
-        if let Some(r) = &self.reference {
-            let k = compute_kl_penalty(
-                &lp,
-                &r.narrow(0, first, len).ctx(func)?,
-                &mb.completion_mask,
-                a.kl_estimator,
-            )?;
-            let term = aggregate_loss(&k.kl, &mb.completion_mask, agg)?;
-            loss = (loss + (term * a.beta).ctx(func)?).ctx(func)?;
-            m.kl = masked_sum(func, &k.kl, &mb.completion_mask)?;
+        if let Some(r) = &mb.ref_log_probs {
+            let k = compute_kl_penalty(&lp, r, mask, c.kl_estimator)?;
+            let term = aggregate_loss(&k.kl, mask, agg)?;
+            loss = (loss + (term * c.beta).ctx(func)?).ctx(func)?;
+            m.kl = masked_sum(func, &k.kl, mask)?;
         }
         if let Some(entropy) = &out.entropy {
-            if a.entropy_coef > 0.0 {
-                let term = aggregate_loss(entropy, &mb.completion_mask, agg)?;
-                loss = (loss - (term * a.entropy_coef).ctx(func)?).ctx(func)?;
+            if c.entropy_coef > 0.0 {
+                let term = aggregate_loss(entropy, mask, agg)?;
+                loss = (loss - (term * c.entropy_coef).ctx(func)?).ctx(func)?;
             }
-            m.entropy = masked_sum(func, entropy, &mb.completion_mask)?;
+            m.entropy = masked_sum(func, entropy, mask)?;
         }
         Ok(Some((loss, m)))
     }

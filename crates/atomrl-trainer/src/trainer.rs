@@ -5,24 +5,24 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use atomrl_core::{Error, Result};
-use atomrl_dist::{Collective, SingleProcess};
+use atomrl_dist::Collective;
 use atomrl_model::CausalLm;
-use atomrl_reward::WeightedRewards;
-use atomrl_sample::{ChatTokenizer, ToolUse};
-use candle_core::{Tensor, Var};
-
-use super::step::GrpoStep;
-use crate::checkpoint::{latest_checkpoint, load_trainer_state, save_checkpoint, TrainerState};
-use crate::config::{GRPOArgs, Recipe, Resume};
-use crate::data::{EpochSampler, Example};
-use crate::logging::{keys, MetricRow, MetricsLogger};
-use crate::optim::{warmup_steps, AdamW, AdamWConfig, RunSchedule};
-use crate::parallel::dist_error;
-use crate::recipe::{RecipeStep, Stepping};
-use crate::sft::SftStep;
-use atomrl_rollout::PromptEncoder;
-use atomrl_rollout::{evaluate_distributed, EvalData, EvalResult};
+use atomrl_reward::{Accuracy, WeightedRewards};
+use atomrl_rollout::{evaluate, EvalData, EvalResult, Experience, PromptEncoder};
+use atomrl_sample::ChatTokenizer;
 use atomrl_tools::ToolSet;
+use candle_core::Tensor;
+
+use crate::checkpoint::{latest_checkpoint, load_trainer_state, save_checkpoint, TrainerState};
+use crate::config::{build_accuracy, GRPOArgs, Recipe, Resume};
+use crate::data::{EpochSampler, Example};
+use crate::grpo::GrpoStep;
+use crate::logging::{keys, MetricRow, MetricsLogger};
+use crate::optim::{warmup_steps, RunSchedule};
+use crate::parallel::dist_error;
+use crate::recipe::{RecipeStep, RunData};
+use crate::sft::SftStep;
+use crate::state::TrainState;
 
 /// What a finished run reports.
 #[derive(Debug, Clone)]
@@ -49,30 +49,24 @@ pub struct TrainSummary {
 /// rewards)?.train()?`) and SFT (the same loop with the cross-entropy step, see
 /// [`crate::sft`]). Checkpoints, exact resume, metrics and evaluation are shared.
 pub struct Trainer {
-    pub(crate) args: GRPOArgs,
-    pub(crate) model: CausalLm,
-    pub(crate) tokenizer: ChatTokenizer,
+    /// What the run reads: settings, tokenizer, data, prompt encoding, tools.
+    pub(crate) run: RunData,
+    /// What the updates change: the policy, its parameters, the optimizer; and the ranks.
+    pub(crate) state: TrainState,
     /// The recipe's step (GRPO/DAPO or SFT): the loop calls it, without branching on the
     /// recipe.
     recipe: Box<dyn RecipeStep>,
-    pub(crate) train_set: Vec<Example>,
-    pub(crate) eval_set: Vec<Example>,
-    pub(crate) encoder: PromptEncoder,
-    /// The tools of multi-turn rollouts and evaluation (empty: single-turn).
-    pub(crate) tools: ToolSet,
-    pub(crate) params: Vec<(String, Var)>,
-    pub(crate) optimizer: AdamW,
-    /// The data-parallel ranks this process trains with ([`SingleProcess`] by default).
-    pub(crate) comm: Rc<dyn Collective>,
-    /// Steps at which the loss is replaced by NaN (tests of the guard).
-    #[cfg(feature = "test-hooks")]
-    nan_steps: Vec<u64>,
+    /// Which completions count as correct in evaluation (and in the GRPO metrics).
+    accuracy: std::sync::Arc<Accuracy>,
+    /// Called on every step's experience before its update.
+    experience_hook: Option<ExperienceHook>,
     /// A few (prompt, completion, reward) of the last step, for the sample log.
-    pub(crate) last_samples: Vec<(String, String, f64)>,
-    /// Warnings of the current step, printed through the logger after it (above the progress
-    /// bar, which a bare `eprintln!` would tear).
-    pub(crate) warnings: Vec<String>,
+    last_samples: Vec<(String, String, f64)>,
 }
+
+/// A function the loop calls with each step's number and experience, between the making of
+/// the experience and the update ([`Trainer::with_experience_hook`]).
+pub type ExperienceHook = Box<dyn FnMut(u64, &mut Experience)>;
 
 /// The GRPO / DAPO trainer of the seeds' usage example (the same type as [`Trainer`]).
 pub type GRPOTrainer = Trainer;
@@ -124,22 +118,9 @@ impl Trainer {
             args.workers = default_workers(&model);
         }
         model.set_gradient_checkpointing(args.gradient_checkpointing);
-        // With LoRA only the adapters train; the optimizer holds nothing else.
-        let params = if model.lora_config().is_some() {
-            model.lora_vars()
-        } else {
-            model.named_vars()
-        };
-        let optimizer = AdamW::new(
-            params.clone(),
-            AdamWConfig {
-                beta1: args.adam_beta1,
-                beta2: args.adam_beta2,
-                eps: args.adam_eps,
-                weight_decay: args.weight_decay,
-            },
-        )?;
-        let recipe = recipe_step(&args, &model, rewards)?;
+        let accuracy = std::sync::Arc::new(build_accuracy(&args)?);
+        let recipe = recipe_step(&args, &model, rewards, accuracy.clone())?;
+        let state = TrainState::new(model, args.adamw())?;
         let tools = crate::config::build_tools(&args)?;
         let encoder = PromptEncoder {
             chat_template: args.chat_template,
@@ -147,22 +128,21 @@ impl Trainer {
             max_prompt_length: args.max_prompt_length,
             tool_schemas: tools.schemas(),
         };
-        Ok(Self {
+        let run = RunData {
             args,
-            model,
             tokenizer,
-            recipe,
             train_set,
             eval_set,
             encoder,
             tools,
-            params,
-            optimizer,
-            comm: Rc::new(SingleProcess),
-            #[cfg(feature = "test-hooks")]
-            nan_steps: Vec::new(),
+        };
+        Ok(Self {
+            run,
+            state,
+            recipe,
+            accuracy,
+            experience_hook: None,
             last_samples: Vec::new(),
-            warnings: Vec::new(),
         })
     }
 
@@ -192,7 +172,7 @@ impl Trainer {
     /// # Ok::<(), atomrl_core::Error>(())
     /// ```
     pub fn with_collective(mut self, comm: Rc<dyn Collective>) -> Self {
-        self.comm = comm;
+        self.state.comm = comm;
         self
     }
 
@@ -200,46 +180,44 @@ impl Trainer {
     ///
     /// See [`Trainer::with_collective`] for an example.
     pub fn world_size(&self) -> usize {
-        self.comm.world_size()
+        self.state.comm.world_size()
     }
 
-    /// Makes the loss NaN at these steps (1-based), to exercise the skip guard. A test hook:
-    /// only with the `test-hooks` feature.
-    #[cfg(feature = "test-hooks")]
-    pub fn inject_nan_at(mut self, steps: &[u64]) -> Self {
-        self.nan_steps = steps.to_vec();
+    /// Calls `hook` with every step's number and experience, after the experience is made
+    /// and before the update: to inspect or log what the update trains on, or to change it
+    /// (a test that poisons one step's advantages exercises the NaN guard this way).
+    ///
+    /// ```
+    /// use atomrl_trainer::config::{GRPOArgs, Recipe};
+    /// use atomrl_trainer::data::Example;
+    /// use atomrl_trainer::Trainer;
+    /// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+    /// let model = atomrl_model::CausalLm::from_hf_dir(dir, candle_core::DType::F32, &candle_core::Device::Cpu)?;
+    /// let tok = atomrl_sample::ChatTokenizer::from_hf_dir(dir)?;
+    /// let train = vec![Example::new("What is 3+4?".to_string(), "7")];
+    /// let rewards = atomrl_reward::WeightedRewards::new();
+    /// let trainer = Trainer::with_data(GRPOArgs::preset(Recipe::Grpo), model, tok, rewards, train, vec![])?
+    ///     .with_experience_hook(Box::new(|step, exp| eprintln!("step {step}: {} rows", exp.num_rows())));
+    /// # let _ = trainer;
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn with_experience_hook(mut self, hook: ExperienceHook) -> Self {
+        self.experience_hook = Some(hook);
         self
-    }
-
-    /// Whether the test hook asks for a NaN loss at `step`.
-    #[cfg(feature = "test-hooks")]
-    pub(crate) fn nan_at(&self, step: u64) -> bool {
-        self.nan_steps.contains(&step)
-    }
-
-    /// Whether the test hook asks for a NaN loss at `step`: never without `test-hooks`.
-    #[cfg(not(feature = "test-hooks"))]
-    pub(crate) fn nan_at(&self, _step: u64) -> bool {
-        false
-    }
-
-    /// Queues a warning of the current step (printed by the loop through the logger).
-    pub(crate) fn warn(&mut self, msg: String) {
-        self.warnings.push(msg);
     }
 
     /// The policy model.
     pub fn model(&self) -> &CausalLm {
-        &self.model
+        &self.state.model
     }
 
     /// Total optimizer steps of the run (`max_steps`, or `epochs` over the training set).
     pub fn total_steps(&self) -> usize {
-        if self.args.max_steps > 0 {
-            self.args.max_steps
+        if self.run.args.max_steps > 0 {
+            self.run.args.max_steps
         } else {
-            (self.args.epochs * self.train_set.len())
-                .div_ceil(self.args.batch_size)
+            (self.run.args.epochs * self.run.train_set.len())
+                .div_ceil(self.run.args.batch_size)
                 .max(1)
         }
     }
@@ -251,8 +229,8 @@ impl Trainer {
     /// step is skipped, logged (`skipped_step = 1`) and counted.
     pub fn train(&mut self) -> Result<TrainSummary> {
         let started = Instant::now();
-        let output_dir = PathBuf::from(&self.args.output_dir);
-        let lead = self.comm.rank() == 0;
+        let output_dir = PathBuf::from(&self.run.args.output_dir);
+        let lead = self.state.comm.rank() == 0;
         let profiling = crate::runtime::profile_from_env();
         let total = self.total_steps();
         let (mut state, mut sampler) = self.start_state(&output_dir)?;
@@ -266,7 +244,7 @@ impl Trainer {
                 output_dir.display()
             ));
         }
-        let eval_before = if !resumed && !self.eval_set.is_empty() {
+        let eval_before = if !resumed && !self.run.eval_set.is_empty() {
             Some(self.opening_eval(&mut logger)?)
         } else {
             None
@@ -278,7 +256,7 @@ impl Trainer {
             let step = state.step + 1;
             // Rank 0's clock decides the time-budget schedule and stop for every rank.
             let lr = self.agree(schedule.lr_at(state.step as usize))?;
-            fail_if_asked(self.comm.rank(), step)?;
+            fail_if_asked(self.state.comm.rank(), step)?;
             let mut row = self.recipe_step(step, lr, &mut sampler, &logger)?;
             state.step = step;
             state.sampler = sampler.state();
@@ -286,7 +264,7 @@ impl Trainer {
             let out_of_time = self.out_of_time(&started, step, total, &logger);
             let last =
                 step as usize == total || self.agree(f64::from(u8::from(out_of_time)))? > 0.0;
-            if !self.eval_set.is_empty() && (last || every(self.args.eval_steps, step)) {
+            if !self.run.eval_set.is_empty() && (last || every(self.run.args.eval_steps, step)) {
                 let r = self.evaluate()?;
                 push_eval(&mut row, &r);
                 state.eval_accuracy = Some(r.accuracy);
@@ -295,16 +273,16 @@ impl Trainer {
                 }
             }
             logger.log(&row)?;
-            if every(self.args.logging_steps, step) {
+            if every(self.run.args.logging_steps, step) {
                 logger.log_samples(step, &self.last_samples)?;
             }
-            if lead && (last || every(self.args.save_steps, step)) {
+            if lead && (last || every(self.run.args.save_steps, step)) {
                 last_checkpoint = Some(save_checkpoint(
                     &output_dir,
-                    &self.model,
-                    &self.optimizer,
+                    &self.state.model,
+                    &self.state.optimizer,
                     &state,
-                    self.args.save_total_limit,
+                    self.run.args.save_total_limit,
                 )?);
             }
             kill_if_asked(step);
@@ -317,7 +295,10 @@ impl Trainer {
         }
         logger.flush()?;
         let charts = logger.finish()?;
-        self.comm.barrier().map_err(|e| dist_error("Trainer", e))?;
+        self.state
+            .comm
+            .barrier()
+            .map_err(|e| dist_error("Trainer", e))?;
         Ok(TrainSummary {
             steps: state.step,
             skipped_steps: state.skipped_steps,
@@ -338,18 +319,18 @@ impl Trainer {
         resumed_at: Option<u64>,
         total: usize,
     ) -> Result<MetricsLogger> {
-        if self.comm.rank() != 0 {
+        if self.state.comm.rank() != 0 {
             return Ok(MetricsLogger::disabled(output_dir));
         }
         std::fs::create_dir_all(output_dir).map_err(|e| Error::file(output_dir.display(), e))?;
-        MetricsLogger::create(output_dir, resumed_at, total as u64, self.args.progress)
+        MetricsLogger::create(output_dir, resumed_at, total as u64, self.run.args.progress)
     }
 
     /// The state the run starts from: fresh, or restored from the checkpoint `resume` names.
     fn start_state(&mut self, output_dir: &Path) -> Result<(TrainerState, EpochSampler)> {
         if let Some(ckpt) = self.agreed_resume_point(output_dir)? {
             let state = self.restore(&ckpt)?;
-            let world = self.comm.world_size();
+            let world = self.state.comm.world_size();
             if state.world_size != world {
                 return Err(Error::value(
                     "Trainer",
@@ -362,19 +343,22 @@ impl Trainer {
                     format!("{world} process(es)"),
                 ));
             }
-            let sampler =
-                EpochSampler::from_state(self.train_set.len(), self.args.seed, &state.sampler)?;
+            let sampler = EpochSampler::from_state(
+                self.run.train_set.len(),
+                self.run.args.seed,
+                &state.sampler,
+            )?;
             return Ok((state, sampler));
         }
-        let sampler = EpochSampler::new(self.train_set.len(), self.args.seed);
+        let sampler = EpochSampler::new(self.run.train_set.len(), self.run.args.seed);
         let state = TrainerState {
             step: 0,
             sampler: sampler.state(),
             skipped_steps: 0,
-            seed: self.args.seed,
+            seed: self.run.args.seed,
             eval_accuracy: None,
-            recipe: self.args.recipe,
-            world_size: self.comm.world_size(),
+            recipe: self.run.args.recipe,
+            world_size: self.state.comm.world_size(),
         };
         Ok((state, sampler))
     }
@@ -382,7 +366,7 @@ impl Trainer {
     /// The learning-rate schedule of this invocation, from step `start_step` of `total`. Its
     /// steps share the time budget the opening evaluation left.
     fn schedule(&self, total: usize, start_step: usize, run_started: &Instant) -> RunSchedule {
-        let a = &self.args;
+        let a = &self.run.args;
         let left = a.time_budget_s - run_started.elapsed().as_secs_f64();
         RunSchedule {
             schedule: a.lr_scheduler,
@@ -415,7 +399,8 @@ impl Trainer {
         Ok(r)
     }
 
-    /// The recipe's step `step`, then its warnings through the logger (above the bar).
+    /// The recipe's step `step`: its experience (shown to the hook), its update; its warnings
+    /// go through the logger (above the bar).
     fn recipe_step(
         &mut self,
         step: u64,
@@ -423,14 +408,20 @@ impl Trainer {
         sampler: &mut EpochSampler,
         logger: &MetricsLogger,
     ) -> Result<MetricRow> {
-        // The step borrows the trainer: the recipe steps out of it meanwhile.
-        let mut recipe = std::mem::replace(&mut self.recipe, Box::new(Stepping));
-        let row = recipe.step(self, step, lr, sampler);
-        self.recipe = recipe;
-        for w in self.warnings.drain(..) {
+        let mut made = self
+            .recipe
+            .experience(&self.run, &self.state, step, sampler)?;
+        if let Some(hook) = &mut self.experience_hook {
+            hook(step, &mut made.experience);
+        }
+        let report = self
+            .recipe
+            .update(&self.run, &mut self.state, &made, step, lr)?;
+        for w in report.warnings {
             logger.warn(format!("warning: {w}"));
         }
-        row
+        self.last_samples = report.samples;
+        Ok(report.row)
     }
 
     /// Whether the time budget is spent after `step` (said on the progress output when steps
@@ -442,7 +433,7 @@ impl Trainer {
         total: usize,
         logger: &MetricsLogger,
     ) -> bool {
-        let budget = self.args.time_budget_s;
+        let budget = self.run.args.time_budget_s;
         let out = budget > 0.0 && started.elapsed().as_secs_f64() >= budget;
         if out && (step as usize) < total {
             logger.println(format!(
@@ -473,8 +464,8 @@ impl Trainer {
     /// # Ok::<(), atomrl_core::Error>(())
     /// ```
     pub fn with_tools(mut self, tools: ToolSet) -> Self {
-        self.encoder.tool_schemas = tools.schemas();
-        self.tools = tools;
+        self.run.encoder.tool_schemas = tools.schemas();
+        self.run.tools = tools;
         self
     }
 
@@ -482,15 +473,7 @@ impl Trainer {
     ///
     /// See [`Trainer::with_tools`] for an example.
     pub fn tools(&self) -> &ToolSet {
-        &self.tools
-    }
-
-    /// The run's tools with their turn limit (`None` without tools).
-    pub(crate) fn tool_use(&self) -> Option<ToolUse<'_>> {
-        (!self.tools.is_empty()).then_some(ToolUse {
-            tools: &self.tools,
-            max_tool_turns: self.args.max_tool_turns,
-        })
+        &self.run.tools
     }
 
     /// Greedy held-out accuracy of the current policy.
@@ -498,33 +481,36 @@ impl Trainer {
     /// # Errors
     /// Generation failures.
     pub fn evaluate(&self) -> Result<EvalResult> {
+        let run = &self.run;
         let data = EvalData {
-            model: &self.model,
-            tokenizer: &self.tokenizer,
-            encoder: &self.encoder,
-            examples: &self.eval_set,
-            max_new_tokens: self.args.max_completion_length,
-            tools: self.tool_use(),
+            model: &self.state.model,
+            tokenizer: &run.tokenizer,
+            encoder: &run.encoder,
+            examples: &run.eval_set,
+            max_new_tokens: run.args.max_completion_length,
+            tools: run.tool_use(),
+            accuracy: &self.accuracy,
         };
-        let mut r = evaluate_distributed(&data, self.args.workers, self.comm.as_ref())?;
-        r.loss = self.recipe.eval_loss(self)?;
+        let mut r = evaluate(&data, run.args.workers, self.state.comm.as_ref())?;
+        r.loss = self.recipe.eval_loss(run, &self.state)?;
         Ok(r)
     }
 
     /// Rank 0's [`resume_point`](Self::resume_point), on every rank: all ranks must load the
     /// same checkpoint (from a folder every rank can read).
     fn agreed_resume_point(&self, output_dir: &Path) -> Result<Option<PathBuf>> {
-        let point = if self.comm.rank() == 0 {
+        let point = if self.state.comm.rank() == 0 {
             self.resume_point(output_dir)?
         } else {
             None
         };
-        if self.comm.world_size() == 1 {
+        if self.state.comm.world_size() == 1 {
             return Ok(point);
         }
         let mut bytes =
             point.map_or_else(Vec::new, |p| p.to_string_lossy().into_owned().into_bytes());
-        self.comm
+        self.state
+            .comm
             .broadcast_bytes(&mut bytes, 0)
             .map_err(|e| dist_error("Trainer", e))?;
         Ok(
@@ -536,16 +522,17 @@ impl Trainer {
     /// Copies rank 0's trainable weights to every rank (they load the same files, so this
     /// only guards against a rank that read different ones).
     fn broadcast_weights(&self) -> Result<()> {
-        if self.comm.world_size() == 1 {
+        if self.state.comm.world_size() == 1 {
             return Ok(());
         }
-        for (name, var) in &self.params {
+        for (name, var) in &self.state.params {
             let t = var.as_tensor();
             let mut values: Vec<f32> = t
                 .flatten_all()
                 .and_then(|x| x.to_vec1())
                 .map_err(|e| Error::value("Trainer", name, "f32 weights", e))?;
-            self.comm
+            self.state
+                .comm
                 .broadcast_f32(&mut values, 0)
                 .map_err(|e| dist_error("Trainer", e))?;
             let back = Tensor::from_slice(&values, t.dims(), t.device());
@@ -557,10 +544,11 @@ impl Trainer {
 
     /// Rank 0's `value`, on every rank.
     fn agree(&self, value: f64) -> Result<f64> {
-        if self.comm.world_size() == 1 {
+        if self.state.comm.world_size() == 1 {
             return Ok(value);
         }
         let all = self
+            .state
             .comm
             .all_gather_f64(&[value])
             .map_err(|e| dist_error("Trainer", e))?;
@@ -572,7 +560,7 @@ impl Trainer {
     }
 
     fn resume_point(&self, output_dir: &Path) -> Result<Option<PathBuf>> {
-        match &self.args.resume {
+        match &self.run.args.resume {
             Resume::Never => Ok(None),
             Resume::Auto => latest_checkpoint(output_dir),
             Resume::From(path) => Ok(Some(path.clone())),
@@ -582,12 +570,14 @@ impl Trainer {
     /// Loads weights (or adapters), optimizer moments and trainer state from `checkpoint`.
     fn restore(&mut self, checkpoint: &Path) -> Result<TrainerState> {
         let state = load_trainer_state(checkpoint)?;
-        if self.model.lora_config().is_some() {
-            self.model.load_lora(checkpoint)?;
+        let model = &mut self.state.model;
+        if model.lora_config().is_some() {
+            model.load_lora(checkpoint)?;
         } else {
-            self.model.load_weights(checkpoint)?;
+            model.load_weights(checkpoint)?;
         }
-        self.optimizer
+        self.state
+            .optimizer
             .load(&checkpoint.join(crate::checkpoint::OPTIMIZER_FILE))?;
         Ok(state)
     }
@@ -612,13 +602,11 @@ fn recipe_step(
     args: &GRPOArgs,
     model: &CausalLm,
     rewards: WeightedRewards,
+    accuracy: std::sync::Arc<Accuracy>,
 ) -> Result<Box<dyn RecipeStep>> {
     Ok(match args.recipe {
-        Recipe::Sft => Box::new(SftStep),
-        Recipe::Grpo | Recipe::Dapo => Box::new(GrpoStep {
-            rewards,
-            reference: (args.beta > 0.0).then(|| model.frozen_copy()).transpose()?,
-        }),
+        Recipe::Sft => Box::new(SftStep::new(args)),
+        Recipe::Grpo | Recipe::Dapo => Box::new(GrpoStep::new(args, model, rewards, accuracy)?),
     })
 }
 

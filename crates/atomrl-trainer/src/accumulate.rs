@@ -9,8 +9,8 @@ use candle_core::{Tensor, Var};
 
 use crate::optim::{AdamW, Gradients};
 use crate::parallel::{dist_error, run_shards, split_even};
-use atomrl_dist::{Collective, SingleProcess};
-use atomrl_logprob::TrainingBatch;
+use atomrl_dist::Collective;
+use atomrl_rollout::Experience;
 
 /// How an update went.
 #[derive(Debug, Clone, Default)]
@@ -74,53 +74,38 @@ enum Micro<T> {
 /// its loss and statistics.
 type Report<T> = Option<(f64, T)>;
 
-/// Splits `batch` into `accumulation × workers` micro-batches, sums their gradients
-/// (`micro_loss(mb, first_row)` gives each micro-batch's loss, already divided by the global
-/// normaliser, with any statistics `T` the caller wants back; `Ok(None)` means its inputs
-/// were not finite), clips the global norm and applies AdamW — unless the loss or the norm is
-/// not finite, in which case nothing is updated and the reason is returned. Micro-batches
-/// without a scored token are skipped (they add 0); when no micro-batch has one, the
-/// optimizer still steps, with a zero gradient ([`zero_gradient_step`]). Worker `w` runs
-/// micro-batches `w, w + workers, …` on its own thread and sums their gradients in that
-/// order; the workers' sums are then added in worker order, so the update does not depend on
-/// thread timing. The loss and the statistics come back in micro-batch order.
+/// Splits `exp` into `accumulation × workers × W` micro-batches (`W` ranks of `comm`, every
+/// rank holding the same experience), sums their gradients (`micro_loss(mb)` gives each
+/// micro-batch's loss, already divided by the step's normaliser, with any statistics `T` the
+/// caller wants back; `Ok(None)` means its inputs were not finite), clips the global norm and
+/// applies AdamW — unless the loss or the norm is not finite, in which case nothing is updated
+/// and the reason is returned. Micro-batches without a scored token are skipped (they add 0);
+/// when no micro-batch has one, the optimizer still steps, with a zero gradient
+/// ([`zero_gradient_step`]). Worker `w` of rank `r` runs micro-batches
+/// `r·workers + w, … + workers × W, …` on its own thread and sums their gradients in that
+/// order; the workers' sums are then added in worker order and the ranks' in rank order, so
+/// the update does not depend on thread timing, and every rank applies the same update. The
+/// loss and the statistics come back in micro-batch order.
 ///
 /// # Errors
-/// Tensor failures.
+/// Tensor failures; a failed collective.
 pub fn accumulate_and_step<T: MicroStatistics>(
     params: &[(String, Var)],
     optimizer: &mut AdamW,
-    batch: &TrainingBatch,
-    settings: StepSettings,
-    micro_loss: impl Fn(&TrainingBatch, usize) -> Result<Option<(Tensor, T)>> + Sync,
-) -> Result<(StepOutcome, Vec<T>)> {
-    let comm = SingleProcess;
-    accumulate_and_step_hooked(params, optimizer, batch, settings, &comm, false, micro_loss)
-}
-
-/// [`accumulate_and_step`] over the ranks of `comm` (every rank holds the same `batch`; the
-/// micro-batches are split over `workers × W` workers, rank `r` running workers
-/// `r·workers ..`; the gradients are summed over ranks in rank order and every rank applies
-/// the same update), with the loss made NaN when `inject_nan` (the trainer's test hook for
-/// the guard, feature `test-hooks`).
-pub(crate) fn accumulate_and_step_hooked<T: MicroStatistics>(
-    params: &[(String, Var)],
-    optimizer: &mut AdamW,
-    batch: &TrainingBatch,
+    exp: &Experience,
     settings: StepSettings,
     comm: &dyn Collective,
-    inject_nan: bool,
-    micro_loss: impl Fn(&TrainingBatch, usize) -> Result<Option<(Tensor, T)>> + Sync,
+    micro_loss: impl Fn(&Experience) -> Result<Option<(Tensor, T)>> + Sync,
 ) -> Result<(StepOutcome, Vec<T>)> {
     let workers = settings.workers.max(1);
     let shards = workers * comm.world_size();
     let first = workers * comm.rank();
-    let chunks = split_even(batch.num_rows(), settings.accumulation.max(1) * shards);
+    let chunks = split_even(exp.num_rows(), settings.accumulation.max(1) * shards);
     let per_worker = run_shards(FUNC, workers, |w| {
         let mut grads = Gradients::new();
         let mut reports = Vec::new();
         for c in (first + w..chunks.len()).step_by(shards) {
-            match micro_backward(batch, &chunks[c], inject_nan, &micro_loss)? {
+            match micro_backward(exp, &chunks[c], &micro_loss)? {
                 Micro::Empty => {}
                 Micro::NonFinite => {
                     reports.push((c, None));
@@ -211,26 +196,22 @@ fn decode_reports<T: MicroStatistics>(mut v: &[f64]) -> Vec<(usize, Report<T>)> 
     out
 }
 
-/// The loss and backward pass of the micro-batch of `batch`'s rows `range` (see
+/// The loss and backward pass of the micro-batch of `exp`'s rows `range` (see
 /// [`accumulate_and_step`] for `micro_loss`).
 fn micro_backward<T>(
-    batch: &TrainingBatch,
+    exp: &Experience,
     range: &Range<usize>,
-    inject_nan: bool,
-    micro_loss: &impl Fn(&TrainingBatch, usize) -> Result<Option<(Tensor, T)>>,
+    micro_loss: &impl Fn(&Experience) -> Result<Option<(Tensor, T)>>,
 ) -> Result<Micro<T>> {
-    let mb = batch.rows(range.start, range.len())?;
-    if mb.completion_tokens(FUNC)? == 0.0 {
+    let mb = exp.rows(range.start, range.len())?;
+    if mb.loss_tokens(FUNC)? == 0.0 {
         return Ok(Micro::Empty);
     }
     let forward = profile::phase("train.forward", mb.input_ids.device());
-    let Some((mut loss, extra)) = micro_loss(&mb, range.start)? else {
+    let Some((loss, extra)) = micro_loss(&mb)? else {
         return Ok(Micro::NonFinite);
     };
     drop(forward);
-    if inject_nan {
-        loss = (loss * f64::NAN).ctx(FUNC)?;
-    }
     let store = {
         let _p = profile::phase("train.backward", loss.device());
         loss.backward().ctx(FUNC)?

@@ -1,0 +1,142 @@
+//! The typed parts of [`GRPOArgs`] each phase reads: sampling, experience, loss, optimizer.
+//! The user-facing keys stay the flat fields of [`GRPOArgs`]; these are views of them.
+
+use atomrl_loss::{AggOptions, KlEstimator, PolicyLossOptions};
+use atomrl_optim::AdamWConfig;
+use atomrl_rollout::ExperienceConfig;
+use atomrl_sample::SamplingParams;
+
+use super::args::GRPOArgs;
+use crate::accumulate::StepSettings;
+
+/// The loss of the policy update: the clipped surrogate, `+ β·KL` to the reference and `−` the
+/// entropy bonus.
+#[derive(Debug, Clone)]
+pub struct LossConfig {
+    /// Clipping, ratio level and aggregation (the normaliser is set per step).
+    pub policy: PolicyLossOptions,
+    /// KL coefficient β (0: no reference model).
+    pub beta: f64,
+    /// The KL estimator.
+    pub kl_estimator: KlEstimator,
+    /// Entropy bonus coefficient.
+    pub entropy_coef: f64,
+    /// The temperature of the training log-probs (the sampling temperature, as TRL does).
+    pub temperature: f64,
+}
+
+/// What the policy update reads: its loss, how many optimizer steps it takes on one
+/// experience, and how each is accumulated and clipped.
+#[derive(Debug, Clone)]
+pub struct UpdateConfig {
+    /// The loss.
+    pub loss: LossConfig,
+    /// Optimizer steps per experience (`num_iterations`).
+    pub iterations: usize,
+    /// Micro-batches, workers and clipping of each optimizer step (its `lr` is the step's).
+    pub steps: StepSettings,
+}
+
+impl GRPOArgs {
+    /// The sampling settings of the rollouts (`seed` is the run's; each round derives its own).
+    ///
+    /// ```
+    /// use atomrl_trainer::config::{GRPOArgs, Recipe};
+    /// let p = GRPOArgs::preset(Recipe::Grpo).sampling(vec![2]);
+    /// assert_eq!((p.num_generations, p.stop_token_ids), (8, vec![2]));
+    /// ```
+    pub fn sampling(&self, stop_token_ids: Vec<u32>) -> SamplingParams {
+        SamplingParams {
+            num_generations: self.num_generations,
+            max_new_tokens: self.max_completion_length,
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            min_p: self.min_p,
+            repetition_penalty: self.repetition_penalty,
+            stop_token_ids,
+            seed: self.seed,
+            ..Default::default()
+        }
+    }
+
+    /// How each step's experience is made.
+    ///
+    /// ```
+    /// use atomrl_trainer::config::{GRPOArgs, Recipe};
+    /// let e = GRPOArgs::preset(Recipe::Dapo).experience(vec![2], 0);
+    /// assert!(e.dynamic_sampling && e.drop_zero_advantage && !e.old_log_probs);
+    /// ```
+    pub fn experience(&self, stop_token_ids: Vec<u32>, pad_token_id: u32) -> ExperienceConfig {
+        ExperienceConfig {
+            sampling: self.sampling(stop_token_ids),
+            batch_size: self.batch_size,
+            dynamic_sampling: self.dynamic_sampling,
+            max_rounds: self.max_num_gen_batches,
+            advantage_mode: self.advantage_mode,
+            advantage_eps: self.advantage_eps,
+            mask_truncated_completions: self.mask_truncated_completions,
+            drop_zero_advantage: self.beta == 0.0 && self.entropy_coef == 0.0,
+            old_log_probs: self.num_iterations > 1,
+            micro_batches: self.gradient_accumulation_steps,
+            pad_token_id,
+        }
+    }
+
+    /// The policy update's settings.
+    ///
+    /// ```
+    /// use atomrl_trainer::config::{GRPOArgs, Recipe};
+    /// let u = GRPOArgs::preset(Recipe::Grpo).update();
+    /// assert_eq!((u.iterations, u.loss.beta), (1, 0.0));
+    /// ```
+    pub fn update(&self) -> UpdateConfig {
+        UpdateConfig {
+            loss: LossConfig {
+                policy: PolicyLossOptions {
+                    clip_low: self.clip_low,
+                    clip_high: self.clip_high,
+                    clip_ratio_c: self.clip_ratio_c,
+                    ratio_level: self.ratio_level,
+                    agg: AggOptions {
+                        mode: self.loss_agg,
+                        max_len: Some(self.max_completion_length),
+                        global_tokens: None,
+                        global_seqs: None,
+                    },
+                },
+                beta: self.beta,
+                kl_estimator: self.kl_estimator,
+                entropy_coef: self.entropy_coef,
+                temperature: self.temperature,
+            },
+            iterations: self.num_iterations,
+            steps: self.step_settings(),
+        }
+    }
+
+    /// Micro-batches, workers and clipping of an optimizer step (`lr` 0: set per step).
+    pub(crate) fn step_settings(&self) -> StepSettings {
+        StepSettings {
+            accumulation: self.gradient_accumulation_steps,
+            workers: self.workers,
+            max_grad_norm: self.max_grad_norm,
+            lr: 0.0,
+        }
+    }
+
+    /// AdamW's settings.
+    ///
+    /// ```
+    /// use atomrl_trainer::config::{GRPOArgs, Recipe};
+    /// assert_eq!(GRPOArgs::preset(Recipe::Grpo).adamw().beta1, 0.9);
+    /// ```
+    pub fn adamw(&self) -> AdamWConfig {
+        AdamWConfig {
+            beta1: self.adam_beta1,
+            beta2: self.adam_beta2,
+            eps: self.adam_eps,
+            weight_decay: self.weight_decay,
+        }
+    }
+}
