@@ -30,7 +30,9 @@ mod cuda;
 mod grads;
 mod inplace;
 mod schedule;
+mod step_settings;
 
 pub use adamw::{AdamW, AdamWConfig};
 pub use grads::Gradients;
 pub use schedule::{budget_schedule_step, learning_rate, warmup_steps, LrSchedule, RunSchedule};
+pub use step_settings::StepSettings;

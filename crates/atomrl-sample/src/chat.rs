@@ -87,27 +87,7 @@ impl ChatTokenizer {
             Some(Json::Object(o)) => o.get("content").and_then(Json::as_str).map(str::to_owned),
             _ => None,
         };
-        let template = match config.get("chat_template") {
-            Some(Json::String(s)) => Some(s.clone()),
-            Some(Json::Array(items)) => items
-                .iter()
-                .find(|t| t.get("name").and_then(Json::as_str) == Some("default"))
-                .or_else(|| items.first())
-                .and_then(|t| t.get("template"))
-                .and_then(Json::as_str)
-                .map(str::to_owned),
-            _ => None,
-        };
-        let jinja_path = dir.join("chat_template.jinja");
-        let template = match template {
-            Some(t) => Some(t),
-            None if jinja_path.is_file() => Some(
-                std::fs::read_to_string(&jinja_path)
-                    .map_err(|e| Error::file(jinja_path.display(), e))?,
-            ),
-            None => None,
-        };
-        let env = match template {
+        let env = match read_chat_template(dir, &config)? {
             Some(t) => Some(template_env(t).map_err(|e| {
                 Error::file(
                     dir.join("tokenizer_config.json").display(),
@@ -554,6 +534,30 @@ impl ChatTokenizer {
     }
 }
 
+/// The chat template of the model folder `dir`: `tokenizer_config.json`'s `chat_template` (a
+/// string, or the `default` of a list of named templates), else `chat_template.jinja`.
+fn read_chat_template(dir: &Path, config: &Json) -> Result<Option<String>> {
+    let template = match config.get("chat_template") {
+        Some(Json::String(s)) => Some(s.clone()),
+        Some(Json::Array(items)) => items
+            .iter()
+            .find(|t| t.get("name").and_then(Json::as_str) == Some("default"))
+            .or_else(|| items.first())
+            .and_then(|t| t.get("template"))
+            .and_then(Json::as_str)
+            .map(str::to_owned),
+        _ => None,
+    };
+    let jinja_path = dir.join("chat_template.jinja");
+    match template {
+        Some(t) => Ok(Some(t)),
+        None if jinja_path.is_file() => std::fs::read_to_string(&jinja_path)
+            .map(Some)
+            .map_err(|e| Error::file(jinja_path.display(), e)),
+        None => Ok(None),
+    }
+}
+
 fn read_json_opt(path: &Path) -> Result<Option<Json>> {
     if !path.is_file() {
         return Ok(None);
@@ -726,117 +730,142 @@ fn python_methods(
     method: &str,
     args: &[Value],
 ) -> std::result::Result<Value, minijinja::Error> {
-    let unknown = || Err(minijinja::Error::from(ErrorKind::UnknownMethod));
     if let Some(s) = value.as_str() {
-        return match method {
-            "startswith" | "endswith" => {
-                let (pat,): (Value,) = from_args(args)?;
-                let pats: Vec<String> = match pat.as_str() {
-                    Some(p) => vec![p.to_owned()],
-                    None => pat
-                        .try_iter()?
-                        .filter_map(|p| p.as_str().map(str::to_owned))
-                        .collect(),
-                };
-                let hit = pats.iter().any(|p| {
-                    if method == "startswith" {
-                        s.starts_with(p.as_str())
-                    } else {
-                        s.ends_with(p.as_str())
-                    }
-                });
-                Ok(Value::from(hit))
-            }
-            "strip" | "lstrip" | "rstrip" => {
-                let (chars,): (Option<String>,) = from_args(args)?;
-                let f = |c: char| {
-                    chars
-                        .as_deref()
-                        .map_or(c.is_whitespace(), |cs| cs.contains(c))
-                };
-                let out = match method {
-                    "strip" => s.trim_matches(f),
-                    "lstrip" => s.trim_start_matches(f),
-                    _ => s.trim_end_matches(f),
-                };
-                Ok(Value::from(out))
-            }
-            "split" | "rsplit" => {
-                let (sep, maxsplit): (Option<String>, Option<i64>) = from_args(args)?;
-                let max = maxsplit.filter(|&m| m >= 0).map(|m| m as usize);
-                let parts: Vec<Value> = match (sep.as_deref(), max) {
-                    (None, _) => s.split_whitespace().map(Value::from).collect(),
-                    (Some(sep), None) => s.split(sep).map(Value::from).collect(),
-                    (Some(sep), Some(m)) if method == "split" => {
-                        s.splitn(m + 1, sep).map(Value::from).collect()
-                    }
-                    (Some(sep), Some(m)) => {
-                        let mut v: Vec<Value> = s.rsplitn(m + 1, sep).map(Value::from).collect();
-                        v.reverse();
-                        v
-                    }
-                };
-                Ok(Value::from(parts))
-            }
-            "upper" => Ok(Value::from(s.to_uppercase())),
-            "lower" => Ok(Value::from(s.to_lowercase())),
-            "replace" => {
-                let (from, to): (String, String) = from_args(args)?;
-                Ok(Value::from(s.replace(&from, &to)))
-            }
-            "find" => {
-                let (pat,): (String,) = from_args(args)?;
-                Ok(Value::from(
-                    s.find(&pat).map_or(-1, |i| s[..i].chars().count() as i64),
-                ))
-            }
-            "count" => {
-                let (pat,): (String,) = from_args(args)?;
-                Ok(Value::from(s.matches(&pat).count()))
-            }
-            "isdigit" => Ok(Value::from(
-                !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()),
-            )),
-            "join" => {
-                let (items,): (Value,) = from_args(args)?;
-                let parts: Vec<String> = items.try_iter()?.map(|v| v.to_string()).collect();
-                Ok(Value::from(parts.join(s)))
-            }
-            _ => unknown(),
-        };
+        return str_method(s, method, args);
     }
     if value.kind() == ValueKind::Map {
-        return match method {
-            "items" => {
-                let pairs: Vec<Value> = value
-                    .try_iter()?
-                    .map(|k| {
-                        let v = value.get_item(&k).unwrap_or_default();
-                        Value::from(vec![k, v])
-                    })
-                    .collect();
-                Ok(Value::from(pairs))
-            }
-            "keys" => Ok(Value::from(value.try_iter()?.collect::<Vec<_>>())),
-            "values" => Ok(Value::from(
-                value
-                    .try_iter()?
-                    .map(|k| value.get_item(&k).unwrap_or_default())
-                    .collect::<Vec<_>>(),
-            )),
-            "get" => {
-                let (key, default): (Value, Option<Value>) = from_args(args)?;
-                let v = value.get_item(&key).unwrap_or_default();
-                Ok(if v.is_undefined() || v.is_none() {
-                    default.unwrap_or(Value::from(()))
-                } else {
-                    v
-                })
-            }
-            _ => unknown(),
-        };
+        return dict_method(value, method, args);
     }
-    unknown()
+    Err(minijinja::Error::from(ErrorKind::UnknownMethod))
+}
+
+/// Python's `str` methods (`startswith`, `strip`, `split`, `replace`, `join`, ...) on `s`.
+fn str_method(
+    s: &str,
+    method: &str,
+    args: &[Value],
+) -> std::result::Result<Value, minijinja::Error> {
+    let unknown = || Err(minijinja::Error::from(ErrorKind::UnknownMethod));
+    match method {
+        "startswith" | "endswith" => {
+            let (pat,): (Value,) = from_args(args)?;
+            let pats: Vec<String> = match pat.as_str() {
+                Some(p) => vec![p.to_owned()],
+                None => pat
+                    .try_iter()?
+                    .filter_map(|p| p.as_str().map(str::to_owned))
+                    .collect(),
+            };
+            let hit = pats.iter().any(|p| {
+                if method == "startswith" {
+                    s.starts_with(p.as_str())
+                } else {
+                    s.ends_with(p.as_str())
+                }
+            });
+            Ok(Value::from(hit))
+        }
+        "strip" | "lstrip" | "rstrip" => {
+            let (chars,): (Option<String>,) = from_args(args)?;
+            let f = |c: char| {
+                chars
+                    .as_deref()
+                    .map_or(c.is_whitespace(), |cs| cs.contains(c))
+            };
+            let out = match method {
+                "strip" => s.trim_matches(f),
+                "lstrip" => s.trim_start_matches(f),
+                _ => s.trim_end_matches(f),
+            };
+            Ok(Value::from(out))
+        }
+        "split" | "rsplit" => split_method(s, method == "split", args),
+        "upper" => Ok(Value::from(s.to_uppercase())),
+        "lower" => Ok(Value::from(s.to_lowercase())),
+        "replace" => {
+            let (from, to): (String, String) = from_args(args)?;
+            Ok(Value::from(s.replace(&from, &to)))
+        }
+        "find" => {
+            let (pat,): (String,) = from_args(args)?;
+            Ok(Value::from(
+                s.find(&pat).map_or(-1, |i| s[..i].chars().count() as i64),
+            ))
+        }
+        "count" => {
+            let (pat,): (String,) = from_args(args)?;
+            Ok(Value::from(s.matches(&pat).count()))
+        }
+        "isdigit" => Ok(Value::from(
+            !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()),
+        )),
+        "join" => {
+            let (items,): (Value,) = from_args(args)?;
+            let parts: Vec<String> = items.try_iter()?.map(|v| v.to_string()).collect();
+            Ok(Value::from(parts.join(s)))
+        }
+        _ => unknown(),
+    }
+}
+
+/// Python's `str.split` (`forward`) or `str.rsplit` on `s`: on whitespace without a
+/// separator, at most `maxsplit` times when it is given.
+fn split_method(
+    s: &str,
+    forward: bool,
+    args: &[Value],
+) -> std::result::Result<Value, minijinja::Error> {
+    let (sep, maxsplit): (Option<String>, Option<i64>) = from_args(args)?;
+    let max = maxsplit.filter(|&m| m >= 0).map(|m| m as usize);
+    let parts: Vec<Value> = match (sep.as_deref(), max) {
+        (None, _) => s.split_whitespace().map(Value::from).collect(),
+        (Some(sep), None) => s.split(sep).map(Value::from).collect(),
+        (Some(sep), Some(m)) if forward => s.splitn(m + 1, sep).map(Value::from).collect(),
+        (Some(sep), Some(m)) => {
+            let mut v: Vec<Value> = s.rsplitn(m + 1, sep).map(Value::from).collect();
+            v.reverse();
+            v
+        }
+    };
+    Ok(Value::from(parts))
+}
+
+/// Python's `dict` methods (`items`, `keys`, `values`, `get`) on the map `value`.
+fn dict_method(
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> std::result::Result<Value, minijinja::Error> {
+    let unknown = || Err(minijinja::Error::from(ErrorKind::UnknownMethod));
+    match method {
+        "items" => {
+            let pairs: Vec<Value> = value
+                .try_iter()?
+                .map(|k| {
+                    let v = value.get_item(&k).unwrap_or_default();
+                    Value::from(vec![k, v])
+                })
+                .collect();
+            Ok(Value::from(pairs))
+        }
+        "keys" => Ok(Value::from(value.try_iter()?.collect::<Vec<_>>())),
+        "values" => Ok(Value::from(
+            value
+                .try_iter()?
+                .map(|k| value.get_item(&k).unwrap_or_default())
+                .collect::<Vec<_>>(),
+        )),
+        "get" => {
+            let (key, default): (Value, Option<Value>) = from_args(args)?;
+            let v = value.get_item(&key).unwrap_or_default();
+            Ok(if v.is_undefined() || v.is_none() {
+                default.unwrap_or(Value::from(()))
+            } else {
+                v
+            })
+        }
+        _ => unknown(),
+    }
 }
 
 /// The current UTC time formatted with the common `strftime` codes (`%Y %m %d %H %M %S %B %b

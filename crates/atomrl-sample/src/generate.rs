@@ -114,39 +114,16 @@ fn generate(
     debug_assert!(!force_device_pick || params.is_unfiltered());
     params.validate()?;
     check_prompts(func, prompts, model.config().vocab_size)?;
-    let stops = match (params.stop_strings.is_empty(), stop_decoder) {
-        (true, _) => None,
-        (false, Some(tok)) => Some(StopStrings::new(&params.stop_strings, tok)),
-        (false, None) => {
-            return Err(Error::missing(
-                func,
-                "stop_decoder",
-                "a tokenizer to decode completions for `stop_strings`",
-            ));
-        }
-    };
+    let stops = stop_strings(func, params, stop_decoder)?;
     let pad_id = stop_decoder.map_or(0, ChatTokenizer::pad_token_id);
     let view = model.generation_view();
     let g = params.num_generations;
-    let r_total = prompts.len() * g;
-    let vocab = model.config().vocab_size;
-
     let mut decoder = BatchDecoder::new(&view, mode);
     let mut logits = {
         let _p = profile::phase("decode.prefill", view.device());
         decoder.prefill(prompts, g)?
     };
-    let mut rngs: Vec<RowRng> = (0..r_total).map(|r| RowRng::new(params.seed, r)).collect();
-    let mut completions: Vec<Vec<u32>> = vec![Vec::new(); r_total];
-    let mut log_probs: Vec<Vec<f32>> = vec![Vec::new(); r_total];
-    let mut finish: Vec<FinishReason> = vec![FinishReason::Length; r_total];
-    let penalised = params.repetition_penalty != 1.0;
-    let mut histories: Vec<Vec<u32>> = if penalised {
-        (0..r_total).map(|r| prompts[r / g].clone()).collect()
-    } else {
-        Vec::new()
-    };
-    let mut scratch = Vec::new();
+    let mut rows = Rows::new(prompts, params);
     let mut device_noise = (force_device_pick || device_pick::applies(params, view.device()))
         .then(|| Noise::for_device(view.device(), params.seed));
     loop {
@@ -157,61 +134,10 @@ fn generate(
                 let (tokens, lps) = device_pick::pick(&logits, params.temperature, noise)?;
                 tokens.into_iter().zip(lps).collect()
             }
-            None => {
-                let flat = logits
-                    .to_dtype(DType::F32)
-                    .and_then(|t| t.flatten_all())
-                    .and_then(|t| t.to_vec1::<f32>())
-                    .ctx(func)?;
-                let mut picks = Vec::with_capacity(active.len());
-                for (&row, raw) in active.iter().zip(flat.chunks(vocab)) {
-                    let history = if penalised {
-                        histories[row].as_slice()
-                    } else {
-                        &[]
-                    };
-                    picks.push(sample_row(
-                        raw,
-                        params,
-                        history,
-                        &mut rngs[row],
-                        &mut scratch,
-                    ));
-                }
-                picks
-            }
+            None => rows.pick_on_host(&logits, &active, params, model.config().vocab_size)?,
         };
         drop(pick_phase);
-        let mut keep = Vec::with_capacity(active.len());
-        let mut next = Vec::with_capacity(active.len());
-        for (a, (&row, (tok, lp))) in active.iter().zip(picks).enumerate() {
-            completions[row].push(tok);
-            log_probs[row].push(lp);
-            if penalised {
-                histories[row].push(tok);
-            }
-            let reason = if params.stop_token_ids.contains(&tok) {
-                Some(FinishReason::Eos)
-            } else if let Some(s) = &stops {
-                if s.hit(&completions[row])? {
-                    Some(FinishReason::Stop)
-                } else {
-                    None
-                }
-            } else {
-                None
-            };
-            match reason {
-                Some(r) => finish[row] = r,
-                None if completions[row].len() >= params.max_new_tokens => {
-                    finish[row] = FinishReason::Length
-                }
-                None => {
-                    keep.push(a);
-                    next.push(tok);
-                }
-            }
-        }
+        let (keep, next) = rows.record(&active, picks, params, stops.as_ref())?;
         if keep.is_empty() {
             break;
         }
@@ -223,11 +149,126 @@ fn generate(
         prompts,
         g,
         pad_id,
-        completions,
-        log_probs,
-        finish,
+        rows.completions,
+        rows.log_probs,
+        rows.finish,
         model.device(),
     )
+}
+
+/// The stop-string detector of `params` (`None` without stop strings).
+fn stop_strings<'a>(
+    func: &str,
+    params: &'a SamplingParams,
+    stop_decoder: Option<&'a ChatTokenizer>,
+) -> Result<Option<StopStrings<'a>>> {
+    match (params.stop_strings.is_empty(), stop_decoder) {
+        (true, _) => Ok(None),
+        (false, Some(tok)) => Ok(Some(StopStrings::new(&params.stop_strings, tok))),
+        (false, None) => Err(Error::missing(
+            func,
+            "stop_decoder",
+            "a tokenizer to decode completions for `stop_strings`",
+        )),
+    }
+}
+
+/// What the decoding loop keeps per row: the tokens so far, their log-probs, why each row
+/// stopped, and the host sampler's state (generators, repetition histories, scratch).
+struct Rows {
+    completions: Vec<Vec<u32>>,
+    log_probs: Vec<Vec<f32>>,
+    finish: Vec<FinishReason>,
+    rngs: Vec<RowRng>,
+    /// Prompt and completion tokens of each row (only with a repetition penalty).
+    histories: Vec<Vec<u32>>,
+    scratch: Vec<f32>,
+}
+
+impl Rows {
+    fn new(prompts: &[Vec<u32>], params: &SamplingParams) -> Self {
+        let g = params.num_generations;
+        let r_total = prompts.len() * g;
+        Self {
+            completions: vec![Vec::new(); r_total],
+            log_probs: vec![Vec::new(); r_total],
+            finish: vec![FinishReason::Length; r_total],
+            rngs: (0..r_total).map(|r| RowRng::new(params.seed, r)).collect(),
+            histories: if params.repetition_penalty != 1.0 {
+                (0..r_total).map(|r| prompts[r / g].clone()).collect()
+            } else {
+                Vec::new()
+            },
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The next token and its log-prob of each `active` row, drawn on the host from `logits`
+    /// `[active, V]`.
+    fn pick_on_host(
+        &mut self,
+        logits: &candle_core::Tensor,
+        active: &[usize],
+        params: &SamplingParams,
+        vocab: usize,
+    ) -> Result<Vec<(u32, f32)>> {
+        let flat = logits
+            .to_dtype(DType::F32)
+            .and_then(|t| t.flatten_all())
+            .and_then(|t| t.to_vec1::<f32>())
+            .ctx("generate_samples")?;
+        let mut picks = Vec::with_capacity(active.len());
+        for (&row, raw) in active.iter().zip(flat.chunks(vocab)) {
+            let history = self.histories.get(row).map_or(&[][..], Vec::as_slice);
+            picks.push(sample_row(
+                raw,
+                params,
+                history,
+                &mut self.rngs[row],
+                &mut self.scratch,
+            ));
+        }
+        Ok(picks)
+    }
+
+    /// Appends each active row's pick; returns the positions (in `active`) of the rows that go
+    /// on and their tokens.
+    fn record(
+        &mut self,
+        active: &[usize],
+        picks: Vec<(u32, f32)>,
+        params: &SamplingParams,
+        stops: Option<&StopStrings<'_>>,
+    ) -> Result<(Vec<usize>, Vec<u32>)> {
+        let mut keep = Vec::with_capacity(active.len());
+        let mut next = Vec::with_capacity(active.len());
+        for (a, (&row, (tok, lp))) in active.iter().zip(picks).enumerate() {
+            self.completions[row].push(tok);
+            self.log_probs[row].push(lp);
+            if let Some(h) = self.histories.get_mut(row) {
+                h.push(tok);
+            }
+            let reason = if params.stop_token_ids.contains(&tok) {
+                Some(FinishReason::Eos)
+            } else {
+                match stops {
+                    Some(s) if s.hit(&self.completions[row])? => Some(FinishReason::Stop),
+                    _ => None,
+                }
+            };
+            match reason {
+                Some(r) => self.finish[row] = r,
+                None if self.completions[row].len() >= params.max_new_tokens => {
+                    self.finish[row] = FinishReason::Length
+                }
+                None => {
+                    keep.push(a);
+                    next.push(tok);
+                }
+            }
+        }
+        Ok((keep, next))
+    }
 }
 
 /// Detects stop strings at the end of a completion by decoding only its last tokens.

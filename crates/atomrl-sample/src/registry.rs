@@ -80,7 +80,46 @@ fn run_generate_samples(inputs: &Inputs) -> Result<Outputs> {
     } else {
         None
     };
-    let prompts = match (inputs.has("prompt_ids"), inputs.has("prompts")) {
+    let prompts = prompt_ids_arg(func, inputs, tok.as_ref(), &dir)?;
+    let stop_token_ids = match inputs.json("stop_token_ids") {
+        Some(v) => ids_from_json(func, "stop_token_ids", v)?,
+        None => match &tok {
+            Some(t) => t.eos_token_ids(),
+            None => config_eos_ids(&dir),
+        },
+    };
+    let params = sampling_params_arg(func, inputs, stop_token_ids)?;
+    let out = generate_samples(&model, &prompts, &params, tok.as_ref())?;
+    let lengths: Vec<u32> = out.lengths.iter().map(|&l| l as u32).collect();
+    let lengths = Tensor::new(lengths, &Device::Cpu).ctx(func)?;
+    let mut outputs = Outputs::new()
+        .tensor("completion_ids", &out.completion_ids)
+        .tensor("completion_mask", &out.completion_mask)
+        .tensor("lengths", &lengths)
+        .tensor("sampling_log_probs", &out.sampling_log_probs)
+        .strings(
+            "finish_reason",
+            out.finish_reasons.iter().map(ToString::to_string).collect(),
+        )
+        .json("group_index", out.group_index.clone().into());
+    if let Some(t) = &tok {
+        outputs = outputs.strings(
+            "completions",
+            t.decode_completions(&out, &params.stop_strings)?,
+        );
+    }
+    Ok(outputs)
+}
+
+/// The prompts of `generate_samples`: `prompt_ids`, or `prompts` encoded with the folder's
+/// tokenizer (through its chat template unless `chat_template` is false).
+fn prompt_ids_arg(
+    func: &str,
+    inputs: &Inputs,
+    tok: Option<&ChatTokenizer>,
+    dir: &std::path::Path,
+) -> Result<Vec<Vec<u32>>> {
+    Ok(match (inputs.has("prompt_ids"), inputs.has("prompts")) {
         (true, true) => {
             return Err(Error::value(
                 func,
@@ -91,7 +130,7 @@ fn run_generate_samples(inputs: &Inputs) -> Result<Outputs> {
         }
         (true, false) => inputs.id_lists("prompt_ids")?,
         (false, true) => {
-            let tok = tok.as_ref().ok_or_else(|| {
+            let tok = tok.ok_or_else(|| {
                 Error::missing(
                     func,
                     "model_dir",
@@ -118,14 +157,15 @@ fn run_generate_samples(inputs: &Inputs) -> Result<Outputs> {
                 "`prompt_ids` (arrays of token ids) or `prompts` (text)",
             ))
         }
-    };
-    let stop_token_ids = match inputs.json("stop_token_ids") {
-        Some(v) => ids_from_json(func, "stop_token_ids", v)?,
-        None => match &tok {
-            Some(t) => t.eos_token_ids(),
-            None => config_eos_ids(&dir),
-        },
-    };
+    })
+}
+
+/// The sampling settings of `generate_samples` (defaults where absent).
+fn sampling_params_arg(
+    func: &str,
+    inputs: &Inputs,
+    stop_token_ids: Vec<u32>,
+) -> Result<SamplingParams> {
     let defaults = SamplingParams::default();
     let seed = match inputs.json("seed") {
         Some(v) => v
@@ -133,7 +173,7 @@ fn run_generate_samples(inputs: &Inputs) -> Result<Outputs> {
             .ok_or_else(|| Error::value(func, "seed", "a non-negative integer", v))?,
         None => defaults.seed,
     };
-    let params = SamplingParams {
+    Ok(SamplingParams {
         num_generations: inputs
             .opt_usize("num_generations")?
             .unwrap_or(defaults.num_generations),
@@ -152,27 +192,7 @@ fn run_generate_samples(inputs: &Inputs) -> Result<Outputs> {
         stop_token_ids,
         stop_strings: inputs.opt_strings("stop_strings")?.unwrap_or_default(),
         seed,
-    };
-    let out = generate_samples(&model, &prompts, &params, tok.as_ref())?;
-    let lengths: Vec<u32> = out.lengths.iter().map(|&l| l as u32).collect();
-    let lengths = Tensor::new(lengths, &Device::Cpu).ctx(func)?;
-    let mut outputs = Outputs::new()
-        .tensor("completion_ids", &out.completion_ids)
-        .tensor("completion_mask", &out.completion_mask)
-        .tensor("lengths", &lengths)
-        .tensor("sampling_log_probs", &out.sampling_log_probs)
-        .strings(
-            "finish_reason",
-            out.finish_reasons.iter().map(ToString::to_string).collect(),
-        )
-        .json("group_index", out.group_index.clone().into());
-    if let Some(t) = &tok {
-        outputs = outputs.strings(
-            "completions",
-            t.decode_completions(&out, &params.stop_strings)?,
-        );
-    }
-    Ok(outputs)
+    })
 }
 
 fn ids_from_json(func: &str, name: &str, v: &Value) -> Result<Vec<u32>> {

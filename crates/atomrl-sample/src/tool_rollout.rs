@@ -148,18 +148,9 @@ where
     let g = params.num_generations;
     let budget = params.max_new_tokens;
     let schemas = tools.schemas();
-    let first = generate(prompts, params)?;
-    let mut trajectories: Vec<ToolTrajectory> = first
+    let mut trajectories: Vec<ToolTrajectory> = generate(prompts, params)?
         .into_iter()
-        .map(|turn| ToolTrajectory {
-            model_token: vec![true; turn.ids.len()],
-            sampling_log_probs: turn.log_probs,
-            completion_ids: turn.ids,
-            finish_reason: turn.finish,
-            calls: Vec::new(),
-            turn_starts: vec![0],
-            stopped_at_max_turns: false,
-        })
+        .map(ToolTrajectory::first_turn)
         .collect();
     let mut generated: usize = trajectories.iter().map(|t| t.completion_ids.len()).sum();
     let mut active: Vec<usize> = (0..trajectories.len()).collect();
@@ -195,20 +186,8 @@ where
             ..params.clone()
         };
         let turns = generate(&contexts, &turn_params)?;
-        for ((&row, mut t), &room) in active.iter().zip(turns).zip(&room) {
-            if t.ids.len() > room {
-                t.ids.truncate(room);
-                t.log_probs.truncate(room);
-                t.finish = FinishReason::Length;
-            }
-            generated += t.ids.len();
-            let traj = &mut trajectories[row];
-            traj.turn_starts.push(traj.completion_ids.len());
-            traj.model_token
-                .extend(std::iter::repeat_n(true, t.ids.len()));
-            traj.completion_ids.extend(t.ids);
-            traj.sampling_log_probs.extend(t.log_probs);
-            traj.finish_reason = t.finish;
+        for ((&row, t), &room) in active.iter().zip(turns).zip(&room) {
+            generated += trajectories[row].push_model_turn(t, room);
         }
     }
     for &row in &active {
@@ -220,6 +199,38 @@ where
         trajectories,
         num_generated_tokens: generated,
     })
+}
+
+impl ToolTrajectory {
+    /// A trajectory of one model turn (the first).
+    fn first_turn(turn: Turn) -> Self {
+        Self {
+            model_token: vec![true; turn.ids.len()],
+            sampling_log_probs: turn.log_probs,
+            completion_ids: turn.ids,
+            finish_reason: turn.finish,
+            calls: Vec::new(),
+            turn_starts: vec![0],
+            stopped_at_max_turns: false,
+        }
+    }
+
+    /// Appends a model turn, cut to the `room` left in the token budget (then it ends at the
+    /// length limit); returns its tokens.
+    fn push_model_turn(&mut self, mut t: Turn, room: usize) -> usize {
+        if t.ids.len() > room {
+            t.ids.truncate(room);
+            t.log_probs.truncate(room);
+            t.finish = FinishReason::Length;
+        }
+        let n = t.ids.len();
+        self.turn_starts.push(self.completion_ids.len());
+        self.model_token.extend(std::iter::repeat_n(true, n));
+        self.completion_ids.extend(t.ids);
+        self.sampling_log_probs.extend(t.log_probs);
+        self.finish_reason = t.finish;
+        n
+    }
 }
 
 /// Runs the calls of the row's last model turn and appends the tool turn; returns whether the

@@ -23,19 +23,8 @@ pub struct StepOutcome {
     pub skipped: Option<String>,
 }
 
-/// Settings of [`accumulate_and_step`].
-#[derive(Debug, Clone, Copy)]
-pub struct StepSettings {
-    /// Micro-batches per update (per worker).
-    pub accumulation: usize,
-    /// Data-parallel workers of this process: each runs its share of the micro-batches on its
-    /// own thread (see [`crate::parallel`]).
-    pub workers: usize,
-    /// Gradient-norm clipping threshold (0 = off).
-    pub max_grad_norm: f64,
-    /// Learning rate of this update.
-    pub lr: f64,
-}
+/// Settings of [`accumulate_and_step`] (from `atomrl-optim`).
+pub use atomrl_optim::StepSettings;
 
 /// Statistics a micro-batch reports besides its loss (the `T` of [`accumulate_and_step`]),
 /// sent between data-parallel ranks as a few `f64`s.

@@ -20,7 +20,6 @@
 
 pub mod accumulate;
 pub mod checkpoint;
-pub mod config;
 pub mod grpo;
 mod recipe;
 pub mod run;
@@ -29,6 +28,8 @@ pub mod sft;
 mod state;
 mod trainer;
 
+/// Run configuration, re-exported from [`atomrl_config`].
+pub use atomrl_config as config;
 /// Datasets, re-exported from [`atomrl_data`].
 pub use atomrl_data as data;
 /// Metrics and logs, re-exported from [`atomrl_metrics`].

@@ -233,22 +233,8 @@ impl Trainer {
         let lead = self.state.comm.rank() == 0;
         let profiling = crate::runtime::profile_from_env();
         let total = self.total_steps();
-        let (mut state, mut sampler) = self.start_state(&output_dir)?;
-        self.broadcast_weights()?;
-        let resumed = state.step > 0;
-        let mut logger = self.open_logger(&output_dir, resumed.then_some(state.step), total)?;
-        if resumed {
-            logger.println(format!(
-                "resumed from step {} in {}",
-                state.step,
-                output_dir.display()
-            ));
-        }
-        let eval_before = if !resumed && !self.run.eval_set.is_empty() {
-            Some(self.opening_eval(&mut logger)?)
-        } else {
-            None
-        };
+        let (mut state, mut sampler, mut logger, eval_before) =
+            self.open_run(&output_dir, total)?;
         let schedule = self.schedule(total, state.step as usize, &started);
         let mut last_checkpoint = None;
         let mut eval_after = None;
@@ -309,6 +295,37 @@ impl Trainer {
             seconds: started.elapsed().as_secs_f64(),
             output_dir,
         })
+    }
+
+    /// The start of a run: its state (fresh or resumed), the same weights on every rank, the
+    /// logger, and the opening evaluation of a fresh run.
+    fn open_run(
+        &mut self,
+        output_dir: &Path,
+        total: usize,
+    ) -> Result<(
+        TrainerState,
+        EpochSampler,
+        MetricsLogger,
+        Option<EvalResult>,
+    )> {
+        let (state, sampler) = self.start_state(output_dir)?;
+        self.broadcast_weights()?;
+        let resumed = state.step > 0;
+        let mut logger = self.open_logger(output_dir, resumed.then_some(state.step), total)?;
+        if resumed {
+            logger.println(format!(
+                "resumed from step {} in {}",
+                state.step,
+                output_dir.display()
+            ));
+        }
+        let eval_before = if !resumed && !self.run.eval_set.is_empty() {
+            Some(self.opening_eval(&mut logger)?)
+        } else {
+            None
+        };
+        Ok((state, sampler, logger, eval_before))
     }
 
     /// The run's logger: rank 0's writes `output_dir` (created here), the other ranks' write

@@ -165,7 +165,7 @@ pub fn policy_update(
 /// whole step's tokens / rows, so the micro-batch losses add up to the full-batch loss (TRL
 /// issue #3021).
 fn loss_options(policy: &PolicyLossOptions, exp: &Experience) -> PolicyLossOptions {
-    let mut opts = policy.clone();
+    let mut opts = *policy;
     opts.agg.global_tokens = Some(exp.normalizer.tokens);
     opts.agg.global_seqs = Some(exp.normalizer.rows as f64);
     opts

@@ -39,7 +39,7 @@ impl std::fmt::Display for Recipe {
 }
 
 /// ```
-/// use atomrl_trainer::config::Recipe;
+/// use atomrl_config::Recipe;
 /// assert_eq!("dapo".parse::<Recipe>()?, Recipe::Dapo);
 /// assert!("ppo".parse::<Recipe>().unwrap_err().to_string().contains("recipe"));
 /// # Ok::<(), atomrl_core::Error>(())
@@ -305,7 +305,7 @@ impl GRPOArgs {
     /// crate).
     ///
     /// ```
-    /// use atomrl_trainer::config::{GRPOArgs, Recipe};
+    /// use atomrl_config::{GRPOArgs, Recipe};
     /// let dapo = GRPOArgs::preset(Recipe::Dapo);
     /// assert_eq!((dapo.clip_high, dapo.loss_agg.name(), dapo.dynamic_sampling, dapo.beta), (0.28, "token_mean", true, 0.0));
     /// ```

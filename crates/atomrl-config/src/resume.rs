@@ -16,7 +16,7 @@ const FUNC: &str = "config";
 /// `output_dir`, if any), `never`, or a checkpoint folder.
 ///
 /// ```
-/// use atomrl_trainer::config::Resume;
+/// use atomrl_config::Resume;
 /// assert_eq!("auto".parse::<Resume>()?, Resume::Auto);
 /// assert_eq!("runs/a/checkpoint-10".parse::<Resume>()?.to_string(), "runs/a/checkpoint-10");
 /// # Ok::<(), atomrl_core::Error>(())

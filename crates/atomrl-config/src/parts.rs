@@ -2,12 +2,11 @@
 //! The user-facing keys stay the flat fields of [`GRPOArgs`]; these are views of them.
 
 use atomrl_loss::{AggOptions, KlEstimator, PolicyLossOptions};
-use atomrl_optim::AdamWConfig;
+use atomrl_optim::{AdamWConfig, StepSettings};
 use atomrl_rollout::ExperienceConfig;
 use atomrl_sample::SamplingParams;
 
 use super::args::GRPOArgs;
-use crate::accumulate::StepSettings;
 
 /// The loss of the policy update: the clipped surrogate, `+ β·KL` to the reference and `−` the
 /// entropy bonus.
@@ -41,7 +40,7 @@ impl GRPOArgs {
     /// The sampling settings of the rollouts (`seed` is the run's; each round derives its own).
     ///
     /// ```
-    /// use atomrl_trainer::config::{GRPOArgs, Recipe};
+    /// use atomrl_config::{GRPOArgs, Recipe};
     /// let p = GRPOArgs::preset(Recipe::Grpo).sampling(vec![2]);
     /// assert_eq!((p.num_generations, p.stop_token_ids), (8, vec![2]));
     /// ```
@@ -63,7 +62,7 @@ impl GRPOArgs {
     /// How each step's experience is made.
     ///
     /// ```
-    /// use atomrl_trainer::config::{GRPOArgs, Recipe};
+    /// use atomrl_config::{GRPOArgs, Recipe};
     /// let e = GRPOArgs::preset(Recipe::Dapo).experience(vec![2], 0);
     /// assert!(e.dynamic_sampling && e.drop_zero_advantage && !e.old_log_probs);
     /// ```
@@ -86,7 +85,7 @@ impl GRPOArgs {
     /// The policy update's settings.
     ///
     /// ```
-    /// use atomrl_trainer::config::{GRPOArgs, Recipe};
+    /// use atomrl_config::{GRPOArgs, Recipe};
     /// let u = GRPOArgs::preset(Recipe::Grpo).update();
     /// assert_eq!((u.iterations, u.loss.beta), (1, 0.0));
     /// ```
@@ -116,7 +115,12 @@ impl GRPOArgs {
     }
 
     /// Micro-batches, workers and clipping of an optimizer step (`lr` 0: set per step).
-    pub(crate) fn step_settings(&self) -> StepSettings {
+    ///
+    /// ```
+    /// use atomrl_config::{GRPOArgs, Recipe};
+    /// assert_eq!(GRPOArgs::preset(Recipe::Grpo).step_settings().accumulation, 1);
+    /// ```
+    pub fn step_settings(&self) -> StepSettings {
         StepSettings {
             accumulation: self.gradient_accumulation_steps,
             workers: self.workers,
@@ -128,7 +132,7 @@ impl GRPOArgs {
     /// AdamW's settings.
     ///
     /// ```
-    /// use atomrl_trainer::config::{GRPOArgs, Recipe};
+    /// use atomrl_config::{GRPOArgs, Recipe};
     /// assert_eq!(GRPOArgs::preset(Recipe::Grpo).adamw().beta1, 0.9);
     /// ```
     pub fn adamw(&self) -> AdamWConfig {

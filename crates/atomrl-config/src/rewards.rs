@@ -58,7 +58,7 @@ pub fn build_rewards(args: &GRPOArgs) -> Result<WeightedRewards> {
 /// An unknown reward or option, a threshold that is not finite.
 ///
 /// ```
-/// use atomrl_trainer::config::{build_accuracy, GRPOArgs, Recipe};
+/// use atomrl_config::{build_accuracy, GRPOArgs, Recipe};
 /// assert_eq!(build_accuracy(&GRPOArgs::preset(Recipe::Grpo))?.name(), "correctness");
 /// # Ok::<(), atomrl_core::Error>(())
 /// ```

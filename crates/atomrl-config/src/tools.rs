@@ -13,7 +13,7 @@ use super::args::GRPOArgs;
 /// [`MAX_TOOL_TURNS_LIMIT`].
 ///
 /// ```
-/// use atomrl_trainer::config::{build_tools, GRPOArgs, Recipe};
+/// use atomrl_config::{build_tools, GRPOArgs, Recipe};
 /// let mut args = GRPOArgs::preset(Recipe::Grpo);
 /// assert!(build_tools(&args)?.is_empty());
 /// args.tools = vec!["calculator".into()];

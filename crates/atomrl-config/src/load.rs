@@ -21,7 +21,7 @@ const FUNC: &str = "config";
 /// [`Error::UnknownArgument`] naming the key for unknown keys and bad values.
 ///
 /// ```
-/// use atomrl_trainer::config::{load_args, Recipe};
+/// use atomrl_config::{load_args, Recipe};
 /// let args = load_args(None, Some(Recipe::Dapo), &["lr=3e-4".into(), "model=tiny".into(), "dataset=d.jsonl".into()])?;
 /// assert_eq!((args.lr, args.clip_high), (3e-4, 0.28));
 /// assert!(load_args(None, None, &["lrr=1".into()]).unwrap_err().to_string().contains("lrr"));
@@ -70,9 +70,9 @@ pub fn load_args(
 }
 
 /// The preset files: `grpo.toml` holds every default, the others only what they change.
-const GRPO_PRESET: &str = include_str!("../../presets/grpo.toml");
-const DAPO_PRESET: &str = include_str!("../../presets/dapo.toml");
-const SFT_PRESET: &str = include_str!("../../presets/sft.toml");
+const GRPO_PRESET: &str = include_str!("../presets/grpo.toml");
+const DAPO_PRESET: &str = include_str!("../presets/dapo.toml");
+const SFT_PRESET: &str = include_str!("../presets/sft.toml");
 
 /// The defaults of `recipe` as a TOML table: `grpo.toml` with the recipe's own file on top
 /// (its keys replace whole values, so `rewards = []` empties the list), and `recipe` set.
