@@ -6,9 +6,10 @@
 
 use atomrl_logprob::get_action_log_probs;
 use atomrl_model::CausalLm;
+use atomrl_rollout::Experience;
 use atomrl_sample::{generate_with_tools, ChatMessage, ChatTokenizer, SamplingParams};
 use atomrl_tools::ToolSet;
-use candle_core::{DType, Device};
+use candle_core::{DType, Device, Tensor};
 
 const MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/grpo_tools/model");
 
@@ -69,18 +70,50 @@ fn sampling_log_probs_match_a_full_forward_over_multi_turn_trajectories() {
         assert!(text.contains("<tool_response>"), "{text}");
         assert!(t.turn_starts.len() >= 2);
     }
-    let tensors = out.to_tensors(tok.pad_token_id(), &Device::Cpu).unwrap();
+    // Padded as the trainer pads them: tool tokens attended to, outside the loss mask.
+    let rows: Vec<(&[u32], &[u32], &[bool])> = out
+        .trajectories
+        .iter()
+        .enumerate()
+        .map(|(r, t)| {
+            (
+                out.prompt_of(r),
+                t.completion_ids.as_slice(),
+                t.model_token.as_slice(),
+            )
+        })
+        .collect();
+    let n = rows.len();
+    let exp = Experience::from_rows(
+        &rows,
+        &vec![0.0; n],
+        &vec![true; n],
+        tok.pad_token_id(),
+        &Device::Cpu,
+    )
+    .unwrap();
+    let width = exp.completion_len;
+    let sampled: Vec<f32> = out
+        .trajectories
+        .iter()
+        .flat_map(|t| {
+            let mut v = t.sampling_log_probs.clone();
+            v.resize(width, 0.0);
+            v
+        })
+        .collect();
+    let sampled = Tensor::from_vec(sampled, (n, width), &Device::Cpu).unwrap();
     let recomputed = get_action_log_probs(
         &model,
-        &tensors.input_ids,
-        &tensors.attention_mask,
-        tensors.completion_len,
+        &exp.input_ids,
+        &exp.attention_mask,
+        exp.completion_len,
         1.0,
         false,
     )
     .unwrap()
     .log_probs;
-    let diff = ((recomputed - &tensors.sampling_log_probs).unwrap() * &tensors.completion_mask)
+    let diff = ((recomputed - &sampled).unwrap() * &exp.loss_mask)
         .unwrap()
         .abs()
         .unwrap()
@@ -109,8 +142,8 @@ fn greedy_tool_calls_reach_the_calculator_and_its_results_are_exact() {
     for t in &out.trajectories {
         for call in &t.calls {
             // Every successful response is what the calculator computes for the call.
-            if !call.is_error() {
-                let again = tools.run_calls(&format!("<tool_call>{}</tool_call>", call.raw));
+            if !call.failed {
+                let again = tools.run_calls(&format!("<tool_call>{}</tool_call>", call.call));
                 assert_eq!(again[0].output, call.output);
             }
         }

@@ -2,7 +2,7 @@
 //! rewards, metrics and an update read (the one path of a trainer's rollouts, its evaluation
 //! and `atomrl-infer`).
 
-use atomrl_core::{Result, ToolCallRecord, Trajectory};
+use atomrl_core::{Result, Trajectory};
 use atomrl_model::CausalLm;
 use atomrl_tools::ToolSet;
 
@@ -130,18 +130,7 @@ fn decode_trajectory(
 ) -> Result<Completion> {
     let text = tokenizer.decode(&traj.completion_ids, true)?;
     let answer = tokenizer.decode_turn(traj.final_turn(), traj.finish_reason, stop_strings)?;
-    let tool_calls = traj
-        .calls
-        .iter()
-        .map(|c| {
-            ToolCallRecord::new(
-                c.name.as_deref(),
-                c.raw.clone(),
-                c.output.clone(),
-                c.is_error(),
-            )
-        })
-        .collect();
+    let tool_calls = traj.calls.clone();
     Ok(Completion {
         completion_ids: traj.completion_ids.clone(),
         model_token: traj.model_token.clone(),

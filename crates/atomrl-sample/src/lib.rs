@@ -70,4 +70,4 @@ pub use process::{
 pub use registry::functions;
 pub use rollout::{FinishReason, RolloutBatch};
 pub use tool_rollout::{generate_with_tools, MAX_TOOL_TURNS_LIMIT};
-pub use trajectory::{ToolRolloutBatch, ToolRolloutTensors, ToolTrajectory};
+pub use trajectory::{ToolRolloutBatch, ToolTrajectory};

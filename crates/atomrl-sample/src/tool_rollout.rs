@@ -1,7 +1,7 @@
 //! [`generate_with_tools`]: multi-turn rollouts that pause at tool calls, run the tools and
 //! go on generating after the tool responses.
 
-use atomrl_core::{CandleContext, Error, Result};
+use atomrl_core::{CandleContext, Error, Result, ToolCallRecord};
 use atomrl_model::CausalLm;
 use atomrl_tools::{parse_tool_calls, ToolSet};
 use serde_json::Value as Json;
@@ -42,8 +42,8 @@ pub const MAX_TOOL_TURNS_LIMIT: usize = 64;
 /// `(params.seed, k)`.
 ///
 /// # Shapes
-/// `B` prompts → [`ToolRolloutBatch`] of `R = B·G` trajectories; see
-/// [`ToolRolloutBatch::to_tensors`] for the padded `[R, P + T]` / `[R, T]` tensors.
+/// `B` prompts → [`ToolRolloutBatch`] of `R = B·G` trajectories (a trainer pads them, with
+/// their `model_token` loss masks, into an `atomrl_rollout::Experience`).
 ///
 /// # Errors
 /// As [`generate_samples`]; [`Error::Value`] for `max_tool_turns` above
@@ -70,8 +70,7 @@ pub const MAX_TOOL_TURNS_LIMIT: usize = 64;
 /// let traj = &out.trajectories[0];
 /// assert!(traj.completion_ids.len() <= 6);
 /// assert_eq!(traj.num_failed_calls(), 0); // a random model makes no call
-/// let tensors = out.to_tensors(tok.pad_token_id(), &Device::Cpu)?;
-/// assert_eq!(tensors.completion_mask.dims()[0], 2);
+/// assert_eq!(traj.model_token.len(), traj.completion_ids.len());
 /// assert_eq!(out.prompt_of(1), out.prompts[0].as_slice());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -251,7 +250,11 @@ fn add_tool_turn(
         return Ok(false);
     }
     let responses: Vec<String> = outcomes.iter().map(|o| o.output.clone()).collect();
-    traj.calls.extend(outcomes);
+    // From here on a call is one record, the one rewards, metrics and logs read.
+    traj.calls.extend(outcomes.into_iter().map(|o| {
+        let failed = o.is_error();
+        ToolCallRecord::new(o.name.as_deref(), o.raw, o.output, failed)
+    }));
     let mut turn_text = tokenizer.tool_turn_text(&responses, schemas)?;
     // The template's end of the assistant turn starts with the stop token the model already
     // generated: append only what follows it.
@@ -378,7 +381,7 @@ mod tests {
         let (a, b) = (&out.trajectories[0], &out.trajectories[1]);
         assert_eq!(a.calls.len(), 1);
         assert_eq!(a.calls[0].output, "42");
-        assert!(!a.calls[0].is_error());
+        assert!(!a.calls[0].failed);
         assert_eq!(a.finish_reason, FinishReason::Eos);
         assert!(!a.stopped_at_max_turns);
         // model turn 1 | tool turn | model turn 2
@@ -423,15 +426,10 @@ mod tests {
             out.num_generated_tokens,
             first + last + b.completion_ids.len()
         );
-        // Tensors: the tool turn is attended to but not in the loss.
-        let t = out.to_tensors(0, &candle_core::Device::Cpu).unwrap();
-        let loss: Vec<Vec<f32>> = t.completion_mask.to_vec2().unwrap();
-        let att: Vec<Vec<f32>> = t.attention_mask.to_vec2().unwrap();
-        assert_eq!(loss[0].iter().sum::<f32>() as usize, first + last);
-        assert_eq!(
-            att[0].iter().sum::<f32>() as usize,
-            2 + a.completion_ids.len()
-        );
+        // The tool turn is part of the sequence but not of the loss.
+        let in_loss = a.model_token.iter().filter(|&&m| m).count();
+        assert_eq!(in_loss, first + last);
+        assert_eq!(a.model_token.len(), a.completion_ids.len());
     }
 
     #[test]
