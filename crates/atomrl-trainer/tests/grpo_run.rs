@@ -287,3 +287,36 @@ fn the_reference_is_the_given_policy_not_a_reload() {
     );
     assert!(kl(2) > 0.0, "the reference stays frozen: {}", kl(2));
 }
+
+/// What counts as correct comes from `[accuracy]`, for the training `accuracy` metric and the
+/// held-out evaluation alike: every completion scores at least 0 on `mark`, none reaches 2 on
+/// `correctness`.
+#[test]
+fn accuracy_comes_from_the_configuration() {
+    let accuracy_of = |name: &str, spec: &str| {
+        let dir = temp_dir(name);
+        let a = args(&dir, &["max_steps=1", "save_steps=0", spec]);
+        trainer(a, vowel_rewards()).train().unwrap();
+        let rows = read_metrics(dir.join("run/metrics.jsonl")).unwrap();
+        (
+            rows[1].get("accuracy").unwrap(),
+            rows[1].get("eval/accuracy").unwrap(),
+        )
+    };
+    let everything = r#"accuracy={ reward = "mark", threshold = 0.0 }"#;
+    assert_eq!(accuracy_of("grpo-acc-all", everything), (1.0, 1.0));
+    let nothing = r#"accuracy={ reward = "correctness", threshold = 2.0 }"#;
+    assert_eq!(accuracy_of("grpo-acc-none", nothing), (0.0, 0.0));
+    // A bad accuracy reward is a configuration error naming it.
+    let bad = atomrl_trainer::config::load_args(
+        None,
+        None,
+        &[
+            format!("model={:?}", model_dir()),
+            "dataset=\"x.jsonl\"".into(),
+            r#"accuracy={ reward = "corectness" }"#.into(),
+        ],
+    );
+    let err = bad.unwrap_err().to_string();
+    assert!(err.contains("corectness"), "{err}");
+}
