@@ -414,6 +414,46 @@ fn check_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Split into micro-batches (any split), the rows' loss tokens add up to the step's
+        /// normaliser, which every micro-batch keeps; the loss mask counts exactly the model
+        /// tokens of the rows in the loss.
+        #[test]
+        fn micro_batches_keep_the_step_normaliser(
+            lens in proptest::collection::vec((1usize..5, 1usize..6, any::<u8>(), any::<bool>()), 1..8),
+            parts in 1usize..5,
+        ) {
+            let prompts: Vec<Vec<u32>> = lens.iter().map(|&(p, ..)| (1..=p as u32).collect()).collect();
+            let completions: Vec<Vec<u32>> = lens.iter().map(|&(_, c, ..)| vec![7; c]).collect();
+            let marks: Vec<Vec<bool>> = lens
+                .iter()
+                .map(|&(_, c, bits, _)| (0..c).map(|i| bits >> (i % 8) & 1 == 1).collect())
+                .collect();
+            let loss_row: Vec<bool> = lens.iter().map(|&(.., counts)| counts).collect();
+            let rows: Vec<TokenRow<'_>> = (0..lens.len())
+                .map(|i| (prompts[i].as_slice(), completions[i].as_slice(), marks[i].as_slice()))
+                .collect();
+            let adv = vec![0.5f32; rows.len()];
+            let e = Experience::from_rows(&rows, &adv, &loss_row, 0, &Device::Cpu).unwrap();
+            let want: usize = marks
+                .iter()
+                .zip(&loss_row)
+                .map(|(m, &c)| if c { m.iter().filter(|&&x| x).count() } else { 0 })
+                .sum();
+            prop_assert_eq!(e.normalizer.tokens, want as f64);
+            let n = e.num_rows();
+            let size = n.div_ceil(parts);
+            let mut sum = 0.0;
+            for start in (0..n).step_by(size) {
+                let mb = e.rows(start, size.min(n - start)).unwrap();
+                prop_assert_eq!(mb.normalizer, e.normalizer);
+                sum += mb.loss_tokens("test").unwrap();
+            }
+            prop_assert_eq!(sum, e.normalizer.tokens);
+        }
+    }
 
     #[test]
     fn compact_drops_columns_that_are_padding_everywhere() {
