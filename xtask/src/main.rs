@@ -14,6 +14,7 @@ static ALLOCATOR: atomrl_core::profile::CountingAllocator = atomrl_core::profile
 
 mod device_check;
 mod hub_serve;
+mod size;
 mod tiny_model;
 
 #[derive(Parser)]
@@ -44,6 +45,9 @@ enum Task {
     /// Write a dataset spec's train and held-out splits as JSONL (e.g. the synthetic problems,
     /// for `xtask/fixtures/trl_grpo_learning.py`).
     Data(DataArgs),
+    /// Check the size limits of the training step's crates: atomrl-trainer at most 3,000
+    /// non-test lines, no function of the trainer, rollouts or sampler over 80 lines.
+    Size,
     /// Serve a local stand-in of the Hugging Face Hub (the fixture model, single-file and
     /// sharded, and a GSM8K-format dataset) to try downloads offline: set `HF_ENDPOINT` to it.
     HubServe(hub_serve::HubServeArgs),
@@ -115,6 +119,7 @@ fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Check => check(),
         Task::Deps => deps(),
+        Task::Size => size::run(),
         Task::TinyModel(args) => tiny_model::run(&args),
         Task::TinyModelTools(args) => tiny_model::tools_model::run(&args),
         Task::Bench(args) => bench::run(&args),
@@ -160,6 +165,7 @@ fn check() -> Result<()> {
         "warnings",
     ])?;
     run_step(&["test", "--workspace"])?;
+    size::run()?;
     deps()
 }
 
