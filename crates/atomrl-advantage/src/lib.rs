@@ -22,6 +22,7 @@
 
 mod compute;
 mod filter;
+mod gae;
 mod group_stats;
 mod mode;
 mod registry;
@@ -29,6 +30,7 @@ mod registry;
 pub use atomrl_core::{Error, Result};
 pub use compute::{advantages_from_group_stats, compute_advantages, AdvantageOutput, DEFAULT_EPS};
 pub use filter::{filter_groups, GroupFilter};
+pub use gae::{compute_gae, GaeOutput};
 pub use group_stats::GroupStats;
 pub use mode::AdvantageMode;
 pub use registry::functions;

@@ -2,7 +2,7 @@
 
 use atomrl_core::{ArgSpec, AtomicFn, FnSpec, Inputs, OutputSpec, Outputs, Result};
 
-use crate::{compute_advantages, filter_groups, AdvantageMode, DEFAULT_EPS};
+use crate::{compute_advantages, compute_gae, filter_groups, AdvantageMode, DEFAULT_EPS};
 
 /// The functions this crate registers with `atomrl-fn`.
 pub fn functions() -> Vec<AtomicFn> {
@@ -15,7 +15,56 @@ pub fn functions() -> Vec<AtomicFn> {
             spec: FILTER_GROUPS,
             run: run_filter_groups,
         },
+        AtomicFn {
+            spec: COMPUTE_GAE,
+            run: run_compute_gae,
+        },
     ]
+}
+
+const COMPUTE_GAE: FnSpec = FnSpec {
+    name: "compute_gae",
+    crate_name: "atomrl-advantage",
+    summary: "Generalized advantage estimation and returns from token-level rewards and a critic's values (PPO)",
+    formula: "\
+Per row, from the last token to the first (verl compute_gae_advantage_return):
+  delta_t = r_t + gamma * V_next - V_t
+  A_t     = delta_t + gamma * lam * A_next
+  V_next, A_next <- V_t, A_t after a valid token; unchanged after a masked one
+            (a tool observation inside a row carries the next value and the running GAE)
+  R_t     = A_t + V_t                          (the critic's target, before whitening)
+V_next and A_next start at 0. With whiten (default): A = (A - mean) / sqrt(var + 1e-8), the
+masked mean sum(A*m) / (sum(m) + 1e-8) and the unbiased masked variance over the batch.
+Both outputs are 0 where mask = 0. Errors: gamma or lam outside [0, 1]; whitening with fewer
+than 2 valid tokens.",
+    inputs: &[
+        ArgSpec::tensor("rewards", "[N, T]", "f32", "token-level rewards (the outcome reward on the last valid token, plus per-token terms)"),
+        ArgSpec::tensor("values", "[N, T]", "f32", "the critic's value of each token"),
+        ArgSpec::tensor("mask", "[N, T]", "f32", "1 on the tokens the model generated"),
+        ArgSpec::required_option("gamma", "f64", "discount, in [0, 1] (PPO on LLMs: 1)"),
+        ArgSpec::required_option("lam", "f64", "GAE lambda, in [0, 1] (verl and TRL: 0.95)"),
+        ArgSpec::option("whiten", "bool", "true", "standardise the advantages over the valid tokens"),
+    ],
+    outputs: &[
+        OutputSpec::new("advantages", "[N, T]", "f32", "per-token advantages, 0 where masked"),
+        OutputSpec::new("returns", "[N, T]", "f32", "per-token returns (value targets), 0 where masked"),
+    ],
+    example_input: r#"{"rewards": [[0, 0, 1], [0, 0, 0]], "values": [[0.5, 0.5, 0.5], [0.2, 0.1, 0.0]], "mask": [[1, 1, 1], [1, 1, 0]], "gamma": 1.0, "lam": 1.0, "whiten": false}"#,
+    example_output: r#"{"advantages": {"shape": [2, 3], "data": [0.5, 0.5, 0.5, -0.2, -0.1, 0.0]}, "returns": {"shape": [2, 3], "data": [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]}}"#,
+};
+
+fn run_compute_gae(inputs: &Inputs) -> Result<Outputs> {
+    let out = compute_gae(
+        &inputs.float_tensor("rewards")?,
+        &inputs.float_tensor("values")?,
+        &inputs.float_tensor("mask")?,
+        inputs.f64("gamma")?,
+        inputs.f64("lam")?,
+        inputs.opt_bool("whiten")?.unwrap_or(true),
+    )?;
+    Ok(Outputs::new()
+        .tensor("advantages", &out.advantages)
+        .tensor("returns", &out.returns))
 }
 
 const COMPUTE_ADVANTAGES: FnSpec = FnSpec {

@@ -62,3 +62,18 @@ fn generated_batch_and_reinforce_pp_cases() {
         8,
     );
 }
+
+/// `compute_gae` against verl 0.9.1's `compute_gae_advantage_return` + `masked_whiten`
+/// (mirrored by `xtask/fixtures/gen_gae_cases.py`): outcome and per-token rewards, tool
+/// observations masked inside rows, γ and λ at their bounds, unwhitened, and the inputs
+/// rejected.
+#[test]
+fn verl_gae_cases() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures_gae");
+    let fns = atomrl_advantage::functions();
+    let f = fns.iter().find(|f| f.spec.name == "compute_gae").unwrap();
+    let cases = load_cases(&dir).unwrap();
+    assert!(cases.len() >= 13, "only {} cases", cases.len());
+    let failures: Vec<String> = cases.iter().filter_map(|c| run_case(f, c).err()).collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

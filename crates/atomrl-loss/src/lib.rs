@@ -44,17 +44,21 @@ mod agg;
 mod check;
 mod entropy;
 mod kl;
+mod kl_reward;
 mod policy;
 mod registry;
 mod sft;
+mod value;
 
 pub use agg::{aggregate_loss, AggOptions, LossAgg};
 pub use atomrl_core::{Error, Result};
 pub use entropy::{entropy_from_logits, entropy_from_logits_chunked, DEFAULT_CHUNK_ELEMS};
 pub use kl::{compute_kl_penalty, KlEstimator, KlOutput, K3_CLAMP};
+pub use kl_reward::{apply_kl_penalty, AdaptiveKlController, KlRewardOutput};
 pub use policy::{
     compute_policy_loss, PolicyLossOptions, PolicyLossOutput, RatioLevel, DEFAULT_CLIP_HIGH,
     DEFAULT_CLIP_LOW, LOG_RATIO_CLAMP,
 };
 pub use registry::functions;
 pub use sft::{compute_sft_loss, compute_sft_loss_from_logits, SftLossOutput, IGNORE_INDEX};
+pub use value::{compute_value_loss, ValueLossOutput};

@@ -31,7 +31,133 @@ pub fn functions() -> Vec<AtomicFn> {
             spec: COMPUTE_SFT_LOSS,
             run: run_compute_sft_loss,
         },
+        AtomicFn {
+            spec: COMPUTE_VALUE_LOSS,
+            run: run_compute_value_loss,
+        },
+        AtomicFn {
+            spec: APPLY_KL_PENALTY,
+            run: run_apply_kl_penalty,
+        },
     ]
+}
+
+const APPLY_KL_PENALTY: FnSpec = FnSpec {
+    name: "apply_kl_penalty",
+    crate_name: "atomrl-loss",
+    summary: "KL penalty in the reward (PPO): token-level rewards = scores - beta * KL(policy || reference)",
+    formula: "\
+kl_t     = estimator(log_probs_t, ref_log_probs_t) * m_t          (as compute_kl_penalty)
+reward_t = (scores_t - beta * kl_t) * m_t                          verl apply_kl_penalty
+kl_mean  = mean over rows of sum_t kl_t / (sum_t m_t + 1e-8)       verl actor/reward_kl_penalty
+beta may come from an adaptive controller (atomrl_loss::AdaptiveKlController:
+beta *= 1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon).",
+    inputs: &[
+        ArgSpec::tensor("scores", "[N, T]", "f32", "token-level scores (the outcome reward on the last valid token)"),
+        ArgSpec::tensor("log_probs", "[N, T]", "f32", "log-probs of the sampled tokens under the policy that sampled them"),
+        ArgSpec::tensor("ref_log_probs", "[N, T]", "f32", "log-probs under the reference policy"),
+        ArgSpec::tensor("mask", "[N, T]", "f32", "1 on completion tokens"),
+        ArgSpec::required_option("beta", "f64", "KL coefficient (>= 0)"),
+        ArgSpec::option("estimator", "string", "k1", "k1 | k2 | k3 | abs (aliases kl, mse, low_var_kl); verl's default kl_penalty is kl = k1"),
+    ],
+    outputs: &[
+        OutputSpec::new("rewards", "[N, T]", "f32", "scores - beta * kl, 0 where masked"),
+        OutputSpec::new("kl", "[N, T]", "f32", "per-token KL estimate, 0 where masked"),
+        OutputSpec::new("kl_mean", "scalar", "f64", "mean over rows of each row's masked token mean"),
+    ],
+    example_input: r#"{"scores": [[0, 1]], "log_probs": [[-1.0, -2.0]], "ref_log_probs": [[-1.5, -2.0]], "mask": [[1, 1]], "beta": 0.1}"#,
+    example_output: r#"{"rewards": {"shape": [1, 2], "data": [-0.05, 1.0]}, "kl": {"shape": [1, 2], "data": [0.5, 0.0]}, "kl_mean": 0.25}"#,
+};
+
+fn run_apply_kl_penalty(inputs: &Inputs) -> Result<Outputs> {
+    let estimator: KlEstimator = inputs.opt_str("estimator")?.unwrap_or("k1").parse()?;
+    let out = crate::apply_kl_penalty(
+        &inputs.float_tensor("scores")?,
+        &inputs.float_tensor("log_probs")?,
+        &inputs.float_tensor("ref_log_probs")?,
+        &inputs.float_tensor("mask")?,
+        inputs.f64("beta")?,
+        estimator,
+    )?;
+    Ok(Outputs::new()
+        .tensor("rewards", &out.rewards)
+        .tensor("kl", &out.kl)
+        .scalar("kl_mean", out.kl_mean))
+}
+
+const COMPUTE_VALUE_LOSS: FnSpec = FnSpec {
+    name: "compute_value_loss",
+    crate_name: "atomrl-loss",
+    summary: "Clipped value loss of a PPO critic, with its clip fraction",
+    formula: "\
+v_clip    = clamp(values, old_values - c, old_values + c)      c = clip_range_value
+l         = max((values - returns)^2, (v_clip - returns)^2)
+loss      = 0.5 * aggregate(l, mask) by loss_agg              verl compute_value_loss
+clip_frac = masked mean of [(v_clip - returns)^2 > (values - returns)^2]
+Differentiable w.r.t. values. An entirely masked batch is an error.",
+    inputs: &[
+        ArgSpec::tensor("values", "[N, T]", "f32", "the critic's new predictions"),
+        ArgSpec::tensor(
+            "old_values",
+            "[N, T]",
+            "f32",
+            "its predictions when the experience was made",
+        ),
+        ArgSpec::tensor(
+            "returns",
+            "[N, T]",
+            "f32",
+            "the value targets (compute_gae's returns)",
+        ),
+        ArgSpec::tensor(
+            "mask",
+            "[N, T]",
+            "f32",
+            "1 on the tokens the model generated",
+        ),
+        ArgSpec::required_option(
+            "clip_range_value",
+            "f64",
+            "c > 0 (verl cliprange_value 0.5, TRL 0.2)",
+        ),
+        ArgSpec::option("loss_agg", "string", "token_mean", LOSS_AGG_DOC),
+        ArgSpec::optional(
+            "max_len",
+            "usize",
+            "seq_mean_token_sum_norm's constant length (default T)",
+        ),
+    ],
+    outputs: &[
+        OutputSpec::new(
+            "loss",
+            "scalar",
+            "f32",
+            "0.5 * aggregated clipped squared error",
+        ),
+        OutputSpec::new(
+            "clip_frac",
+            "scalar",
+            "f64",
+            "share of valid tokens where the clipped error is larger",
+        ),
+    ],
+    example_input: r#"{"values": [[1.0, 0.0]], "old_values": [[0.0, 0.0]], "returns": [[1.0, 0.5]], "mask": [[1, 1]], "clip_range_value": 0.2}"#,
+    example_output: r#"{"loss": 0.2225, "clip_frac": 0.5}"#,
+};
+
+fn run_compute_value_loss(inputs: &Inputs) -> Result<Outputs> {
+    let func = inputs.func();
+    let out = crate::compute_value_loss(
+        &inputs.float_tensor("values")?,
+        &inputs.float_tensor("old_values")?,
+        &inputs.float_tensor("returns")?,
+        &inputs.float_tensor("mask")?,
+        inputs.f64("clip_range_value")?,
+        &agg_options(inputs)?,
+    )?;
+    Ok(Outputs::new()
+        .scalar("loss", scalar_f64(func, &out.loss)?)
+        .scalar("clip_frac", out.clip_frac))
 }
 
 const COMPUTE_SFT_LOSS: FnSpec = FnSpec {
