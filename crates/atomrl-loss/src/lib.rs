@@ -45,6 +45,7 @@ mod check;
 mod entropy;
 mod kl;
 mod kl_reward;
+mod pg;
 mod policy;
 mod registry;
 mod sft;
@@ -55,6 +56,7 @@ pub use atomrl_core::{Error, Result};
 pub use entropy::{entropy_from_logits, entropy_from_logits_chunked, DEFAULT_CHUNK_ELEMS};
 pub use kl::{compute_kl_penalty, KlEstimator, KlOutput, K3_CLAMP};
 pub use kl_reward::{apply_kl_penalty, AdaptiveKlController, KlRewardOutput};
+pub use pg::compute_pg_loss;
 pub use policy::{
     compute_policy_loss, PolicyLossOptions, PolicyLossOutput, RatioLevel, DEFAULT_CLIP_HIGH,
     DEFAULT_CLIP_LOW, LOG_RATIO_CLAMP,

@@ -208,7 +208,7 @@ pub fn compute_policy_loss(
     let m = check_mask(FUNC, "log_probs", log_probs, mask)?;
     let logp = checked_tokens(FUNC, "log_probs", log_probs, "log_probs", &m)?;
     let old = checked_tokens(FUNC, "old_log_probs", old_log_probs, "log_probs", &m)?;
-    let adv = checked_advantages(advantages, &m)?;
+    let adv = checked_advantages(FUNC, advantages, &m)?;
 
     let token_log_ratio = logp
         .sub(&old)
@@ -294,15 +294,15 @@ pub fn compute_policy_loss(
 }
 
 /// Checks `advantages` (`[N]` or `[N, T]`, float, finite where used) and returns it as
-/// `[N, T]` in the working dtype, 0 where masked.
-fn checked_advantages(advantages: &Tensor, m: &TokenMask) -> Result<Tensor> {
+/// `[N, T]` in the working dtype, 0 where masked; errors name `func`.
+pub(crate) fn checked_advantages(func: &str, advantages: &Tensor, m: &TokenMask) -> Result<Tensor> {
     let arg = "advantages";
-    expect_float(FUNC, arg, advantages)?;
+    expect_float(func, arg, advantages)?;
     let dims = advantages.dims();
     let full = match dims {
         [n] if *n == m.n => {
             // Only rows with a valid token are used; name the row of a bad value.
-            let values = flat_f64(FUNC, advantages)?;
+            let values = flat_f64(func, advantages)?;
             let row_used = |i: usize| m.host[i * m.t..(i + 1) * m.t].iter().any(|&v| v != 0.0);
             if let Some((i, v)) = values
                 .iter()
@@ -310,7 +310,7 @@ fn checked_advantages(advantages: &Tensor, m: &TokenMask) -> Result<Tensor> {
                 .find(|(i, v)| row_used(*i) && !v.is_finite())
             {
                 return Err(Error::value(
-                    FUNC,
+                    func,
                     format!("{arg}[{i}]"),
                     "finite (the row has valid tokens)",
                     v,
@@ -321,14 +321,14 @@ fn checked_advantages(advantages: &Tensor, m: &TokenMask) -> Result<Tensor> {
                 .and_then(|a| a.reshape((m.n, 1)))
                 .and_then(|a| a.broadcast_as((m.n, m.t)))
                 .and_then(|a| a.contiguous())
-                .ctx(FUNC)?
+                .ctx(func)?
         }
         [n, t] if *n == m.n && *t == m.t => {
-            return checked_tokens(FUNC, arg, advantages, "log_probs", m);
+            return checked_tokens(func, arg, advantages, "log_probs", m);
         }
         _ => {
             return Err(Error::shape(
-                FUNC,
+                func,
                 arg,
                 format!(
                     "[N] = [{}] or [N, T] = [{}, {}] (as log_probs)",
@@ -338,7 +338,7 @@ fn checked_advantages(advantages: &Tensor, m: &TokenMask) -> Result<Tensor> {
             ))
         }
     };
-    m.select(FUNC, &full)
+    m.select(func, &full)
 }
 
 #[cfg(test)]

@@ -39,7 +39,62 @@ pub fn functions() -> Vec<AtomicFn> {
             spec: APPLY_KL_PENALTY,
             run: run_apply_kl_penalty,
         },
+        AtomicFn {
+            spec: COMPUTE_PG_LOSS,
+            run: run_compute_pg_loss,
+        },
     ]
+}
+
+const COMPUTE_PG_LOSS: FnSpec = FnSpec {
+    name: "compute_pg_loss",
+    crate_name: "atomrl-loss",
+    summary: "Vanilla policy-gradient loss of A2C / REINFORCE: -A * log pi, no ratio, no clipping",
+    formula: "\
+l_t  = -A_t * logp_t          A per row [N] (broadcast over tokens) or per token [N, T]
+loss = aggregate(l, mask) by loss_agg
+Its gradient is -A * grad log pi; at ratio 1 it equals compute_policy_loss's gradient.
+Differentiable w.r.t. log_probs. An entirely masked batch is an error.",
+    inputs: &[
+        ArgSpec::tensor(
+            "log_probs",
+            "[N, T]",
+            "f32",
+            "log-probs of the sampled tokens under the policy",
+        ),
+        ArgSpec::tensor(
+            "advantages",
+            "[N] or [N, T]",
+            "f32",
+            "one advantage per row, or per token (GAE)",
+        ),
+        ArgSpec::tensor("mask", "[N, T]", "f32", "1 on completion tokens"),
+        ArgSpec::option("loss_agg", "string", "token_mean", LOSS_AGG_DOC),
+        ArgSpec::optional(
+            "max_len",
+            "usize",
+            "seq_mean_token_sum_norm's constant length (default T)",
+        ),
+    ],
+    outputs: &[OutputSpec::new(
+        "loss",
+        "scalar",
+        "f32",
+        "aggregated -A * logp",
+    )],
+    example_input: r#"{"log_probs": [[-1.0, -2.0], [-0.5, -3.0]], "advantages": [1.0, -2.0], "mask": [[1, 1], [1, 0]]}"#,
+    example_output: r#"{"loss": 0.6666667}"#,
+};
+
+fn run_compute_pg_loss(inputs: &Inputs) -> Result<Outputs> {
+    let func = inputs.func();
+    let loss = crate::compute_pg_loss(
+        &inputs.float_tensor("log_probs")?,
+        &inputs.float_tensor("advantages")?,
+        &inputs.float_tensor("mask")?,
+        &agg_options(inputs)?,
+    )?;
+    Ok(Outputs::new().scalar("loss", scalar_f64(func, &loss)?))
 }
 
 const APPLY_KL_PENALTY: FnSpec = FnSpec {

@@ -31,8 +31,13 @@ mod grads;
 mod inplace;
 mod schedule;
 mod step_settings;
+mod trpo;
 
 pub use adamw::{AdamW, AdamWConfig};
 pub use grads::Gradients;
 pub use schedule::{budget_schedule_step, learning_rate, warmup_steps, LrSchedule, RunSchedule};
 pub use step_settings::StepSettings;
+pub use trpo::{
+    backtracking_line_search, conjugate_gradient, fisher_vector_product, trust_region_step,
+    CgSolution, LineSearchResult,
+};
