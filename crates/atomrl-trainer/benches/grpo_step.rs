@@ -2,8 +2,11 @@
 //! (~107k parameters): G = 4, 8 completions per step, at most 32 new tokens — the setting in
 //! which TRL 1.16's GRPOTrainer does about 130 completions/s on an idle 2-core CPU.
 //!
-//! `cargo bench -p atomrl-trainer --bench grpo_step` (default settings: threads and workers as `atomrl-train` chooses them; set
-//! RAYON_NUM_THREADS and `workers=` to compare). Prints the median over the measured steps after a warm-up.
+//! `cargo bench -p atomrl-trainer --bench grpo_step` (default settings: threads and workers as
+//! `atomrl-train` chooses them; set RAYON_NUM_THREADS to compare). Configuration keys after
+//! `--` override the bench's, e.g. the KL step of issue 30:
+//! `cargo bench -p atomrl-trainer --bench grpo_step -- beta=0.04 workers=2`.
+//! Prints the median over the measured steps after a warm-up.
 
 #![allow(clippy::unwrap_used)]
 
@@ -39,16 +42,32 @@ fn main() {
         "logging_steps=0".into(),
         "progress=false".into(),
     ];
+    // `key=value` arguments (cargo bench also passes `--bench`): the caller's settings.
+    let extra: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a.contains('='))
+        .collect();
+    if !extra.is_empty() {
+        println!("settings: {}", extra.join(" "));
+    }
+    let overrides = [overrides, extra].concat();
     let args: GRPOArgs = load_args(None, None, &overrides).unwrap();
     // The default settings, as atomrl-train applies them (threads and workers from the size).
+    // The model of the settings (`model=` overrides the fixture).
+    let model_dir = args.model.clone();
+    let per_step = args.batch_size * args.num_generations;
+    let label = format!(
+        "{model_dir}: G={}, {per_step} completions/step, <={} new tokens",
+        args.num_generations, args.max_completion_length
+    );
     let config = atomrl_model::ModelConfig::from_file(format!("{model_dir}/config.json")).unwrap();
     let plan = atomrl_trainer::runtime::apply_cpu_plan(config.num_parameters(), 0, 0);
     println!(
         "CPU plan: {} worker(s) of {} thread(s)",
         plan.workers, plan.threads
     );
-    let model = CausalLm::from_hf_dir(model_dir, DType::F32, &Device::Cpu).unwrap();
-    let tokenizer = ChatTokenizer::from_hf_dir(model_dir).unwrap();
+    let model = CausalLm::from_hf_dir(&model_dir, DType::F32, &Device::Cpu).unwrap();
+    let tokenizer = ChatTokenizer::from_hf_dir(&model_dir).unwrap();
     // A reward with spread, so that every step runs the full update.
     let reward = FnReward::new("length", |c: &str, _ctx, _row| (c.len() % 5) as f32);
     let rewards = WeightedRewards::new().with(reward, 1.0).unwrap();
@@ -96,11 +115,11 @@ fn main() {
         .sum::<f64>()
         / step_s.len() as f64;
     println!(
-        "grpo_step tiny-qwen2 (107k params), G=4, 8 completions/step, <=32 new tokens, threads={}: \
+        "grpo_step {label}, threads={}: \
          median {:.4} s/step, {:.0} completions/s, {:.0} completion tokens/s (generate {:.4} s, train {:.4} s per step; {} steps in {:.1} s)",
         std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "default".into()),
         median,
-        8.0 / median,
+        per_step as f64 / median,
         tokens,
         gen,
         train_s,
