@@ -5,3 +5,5 @@
 #![deny(missing_docs)]
 
 pub mod infer;
+#[cfg(feature = "test-hooks")]
+pub mod test_faults;

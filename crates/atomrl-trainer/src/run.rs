@@ -24,7 +24,18 @@ pub fn run_recipe(args: GRPOArgs) -> Result<TrainSummary> {
 ///
 /// # Errors
 /// As [`run_recipe`], and a failed collective.
-pub fn run_recipe_with(mut args: GRPOArgs, comm: Rc<dyn Collective>) -> Result<TrainSummary> {
+pub fn run_recipe_with(args: GRPOArgs, comm: Rc<dyn Collective>) -> Result<TrainSummary> {
+    build_trainer(args, comm)?.train()
+}
+
+/// The trainer [`run_recipe_with`] runs, before it trains: the CPU plan applied, the policy
+/// loaded on its device, the recipe's rewards built, the collective attached. For callers that
+/// add to it first (a [`Trainer::with_experience_hook`](crate::Trainer::with_experience_hook),
+/// tools of their own).
+///
+/// # Errors
+/// As [`run_recipe_with`], before training.
+pub fn build_trainer(mut args: GRPOArgs, comm: Rc<dyn Collective>) -> Result<crate::Trainer> {
     let ranks_here = if comm.world_size() > 1 {
         atomrl_dist::local_size_from_env().unwrap_or(1)
     } else {
@@ -44,7 +55,7 @@ pub fn run_recipe_with(mut args: GRPOArgs, comm: Rc<dyn Collective>) -> Result<T
             GRPOTrainer::new(args, model, tokenizer, rewards)?
         }
     };
-    trainer.with_collective(comm).train()
+    Ok(trainer.with_collective(comm))
 }
 
 /// Fills in `threads` and `workers` left at 0 for a CPU run, from the model's size (read from

@@ -65,8 +65,9 @@ pub struct Trainer {
 }
 
 /// A function the loop calls with each step's number and experience, between the making of
-/// the experience and the update ([`Trainer::with_experience_hook`]).
-pub type ExperienceHook = Box<dyn FnMut(u64, &mut Experience)>;
+/// the experience and the update ([`Trainer::with_experience_hook`]); an error ends the run
+/// with it.
+pub type ExperienceHook = Box<dyn FnMut(u64, &mut Experience) -> Result<()>>;
 
 /// The GRPO / DAPO trainer of the seeds' usage example (the same type as [`Trainer`]).
 pub type GRPOTrainer = Trainer;
@@ -184,8 +185,10 @@ impl Trainer {
     }
 
     /// Calls `hook` with every step's number and experience, after the experience is made
-    /// and before the update: to inspect or log what the update trains on, or to change it
-    /// (a test that poisons one step's advantages exercises the NaN guard this way).
+    /// and before the update: to inspect or log what the update trains on, to change it, or to
+    /// stop the run (its error ends [`Trainer::train`] on this rank). The tests inject their
+    /// faults this way: a poisoned step for the NaN guard, a killed process for resume, a
+    /// failing rank for the data-parallel abort.
     ///
     /// ```
     /// use atomrl_trainer::config::{GRPOArgs, Recipe};
@@ -197,7 +200,10 @@ impl Trainer {
     /// let train = vec![Example::new("What is 3+4?".to_string(), "7")];
     /// let rewards = atomrl_reward::WeightedRewards::new();
     /// let trainer = Trainer::with_data(GRPOArgs::preset(Recipe::Grpo), model, tok, rewards, train, vec![])?
-    ///     .with_experience_hook(Box::new(|step, exp| eprintln!("step {step}: {} rows", exp.num_rows())));
+    ///     .with_experience_hook(Box::new(|step, exp| {
+    ///         eprintln!("step {step}: {} rows", exp.num_rows());
+    ///         Ok(())
+    ///     }));
     /// # let _ = trainer;
     /// # Ok::<(), atomrl_core::Error>(())
     /// ```
@@ -242,7 +248,6 @@ impl Trainer {
             let step = state.step + 1;
             // Rank 0's clock decides the time-budget schedule and stop for every rank.
             let lr = self.agree(schedule.lr_at(state.step as usize))?;
-            fail_if_asked(self.state.comm.rank(), step)?;
             let mut row = self.recipe_step(step, lr, &mut sampler, &logger)?;
             state.step = step;
             state.sampler = sampler.state();
@@ -271,7 +276,6 @@ impl Trainer {
                     self.run.args.save_total_limit,
                 )?);
             }
-            kill_if_asked(step);
             if last {
                 break;
             }
@@ -429,7 +433,7 @@ impl Trainer {
             .recipe
             .experience(&self.run, &self.state, step, sampler)?;
         if let Some(hook) = &mut self.experience_hook {
-            hook(step, &mut made.experience);
+            hook(step, &mut made.experience)?;
         }
         let report = self
             .recipe
@@ -625,48 +629,6 @@ fn recipe_step(
         Recipe::Sft => Box::new(SftStep::new(args)),
         Recipe::Grpo | Recipe::Dapo => Box::new(GrpoStep::new(args, model, rewards, accuracy)?),
     })
-}
-
-/// Test hook for the resume tests (feature `test-hooks` only): `ATOMRL_TEST_KILL_AFTER_STEP=N`
-/// sends this process a real SIGKILL right after step `N` is logged (and saved, if it is a
-/// save step), exactly like an operator's `kill -9`.
-#[cfg(feature = "test-hooks")]
-fn kill_if_asked(step: u64) {
-    let asked = std::env::var("ATOMRL_TEST_KILL_AFTER_STEP")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok());
-    if asked == Some(step) {
-        let _ = std::process::Command::new("kill")
-            .args(["-9", &std::process::id().to_string()])
-            .status();
-        std::thread::sleep(std::time::Duration::from_secs(10));
-    }
-}
-
-/// Without the `test-hooks` feature the environment is not read.
-#[cfg(not(feature = "test-hooks"))]
-fn kill_if_asked(_step: u64) {}
-
-/// Test hook for the data-parallel failure tests (feature `test-hooks` only):
-/// `ATOMRL_TEST_FAIL_RANK=R:N` makes rank `R` fail at the start of step `N`.
-#[cfg(feature = "test-hooks")]
-fn fail_if_asked(rank: usize, step: u64) -> Result<()> {
-    let asked = std::env::var("ATOMRL_TEST_FAIL_RANK").unwrap_or_default();
-    if asked == format!("{rank}:{step}") {
-        return Err(Error::value(
-            "Trainer",
-            "ATOMRL_TEST_FAIL_RANK",
-            "no failure",
-            asked,
-        ));
-    }
-    Ok(())
-}
-
-/// Without the `test-hooks` feature the environment is not read.
-#[cfg(not(feature = "test-hooks"))]
-fn fail_if_asked(_rank: usize, _step: u64) -> Result<()> {
-    Ok(())
 }
 
 /// Whether `step` is one of every `n`th (never when `n` is 0).

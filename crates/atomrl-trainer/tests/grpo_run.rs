@@ -138,6 +138,7 @@ fn injected_nan_skips_the_step_and_the_run_goes_on() {
         if step == 2 {
             exp.loss_mask = (&exp.loss_mask * f64::NAN).unwrap();
         }
+        Ok(())
     }));
     let mut t = t;
     let summary = t.train().unwrap();

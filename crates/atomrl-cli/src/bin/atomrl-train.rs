@@ -23,7 +23,7 @@ static ALLOCATOR: atomrl_core::profile::CountingAllocator = atomrl_core::profile
 use atomrl_core::DeviceSpec;
 use atomrl_dist::{Collective, SingleProcess};
 use atomrl_trainer::config::{load_args, GRPOArgs, Recipe};
-use atomrl_trainer::run::{print_summary, run_recipe_with};
+use atomrl_trainer::run::{build_trainer, print_summary};
 use clap::Parser;
 
 /// Train a language model with GRPO, DAPO or SFT.
@@ -169,7 +169,15 @@ fn load(cli: Cli) -> Result<GRPOArgs> {
 
 fn train(args: GRPOArgs, comm: Rc<dyn Collective>) -> Result<()> {
     let lead = comm.rank() == 0;
-    let summary = run_recipe_with(args, comm)?;
+    #[cfg(feature = "test-hooks")]
+    let faults = atomrl_cli::test_faults::from_env(comm.rank());
+    #[allow(unused_mut)]
+    let mut trainer = build_trainer(args, comm)?;
+    #[cfg(feature = "test-hooks")]
+    if let Some(hook) = faults {
+        trainer = trainer.with_experience_hook(hook);
+    }
+    let summary = trainer.train()?;
     if lead {
         print_summary(&summary);
     }
