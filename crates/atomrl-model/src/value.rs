@@ -1,0 +1,334 @@
+//! [`ValueModel`]: a critic for PPO — a causal LM's transformer with a scalar head on every
+//! position, saved in the layout `transformers` reads as `AutoModelForTokenClassification`
+//! with `num_labels = 1` (verl's critic).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use atomrl_core::{CandleContext, Error, Result};
+use candle_core::{DType, Device, Tensor, Var};
+
+use crate::input::ForwardInput;
+use crate::model::CausalLm;
+use crate::weights::{load_safetensors_dir, save_safetensors, WEIGHTS_FILE};
+
+/// The head's weight `[1, H]` in the saved layout.
+pub const SCORE_WEIGHT: &str = "score.weight";
+/// The head's bias `[1]` in the saved layout.
+pub const SCORE_BIAS: &str = "score.bias";
+
+/// A value model: the transformer of a [`CausalLm`] (its own copy of the weights, trained
+/// with the critic's optimizer) and a linear head `H → 1` on every position's final hidden
+/// state. `values[n, l]` is the value of the state after tokens `0..=l`.
+///
+/// Saved as `transformers`' token-classification layout: the transformer's weights under
+/// `model.*`, the head as `score.weight [1, H]` and `score.bias [1]`, and `config.json` with
+/// `architectures = ["<Arch>ForTokenClassification"]` and `num_labels = 1`
+/// (`xtask/fixtures/check_critic_transformers.py` loads one in transformers and compares).
+///
+/// ```
+/// use atomrl_model::{Architecture, CausalLm, ModelConfig, ValueModel};
+/// use candle_core::{DType, Device, Tensor};
+/// let d = Device::Cpu;
+/// let policy = CausalLm::from_config_random(ModelConfig::new(Architecture::Qwen2, 16, 8, 8, 1, 2, 1)?, 1, DType::F32, &d)?;
+/// let critic = ValueModel::from_policy(&policy)?;
+/// let ids = Tensor::new(&[[1u32, 2, 3, 4]], &d)?;
+/// let mask = Tensor::new(&[[1f32, 1.0, 1.0, 1.0]], &d)?;
+/// // The values of the states before each of the last 2 tokens (the completion).
+/// let v = critic.completion_values(&ids, &mask, 2)?;
+/// assert_eq!(v.dims(), [1, 2]);
+/// assert_eq!(v.to_vec2::<f32>()?, [[0.0, 0.0]]); // a fresh head predicts 0
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct ValueModel {
+    backbone: CausalLm,
+    weight: Var,
+    bias: Var,
+}
+
+impl ValueModel {
+    /// A critic starting from `policy`'s weights (copied: the two train apart), with a head of
+    /// zeros, so that it first predicts 0 everywhere (verl and TRL start their critics from
+    /// the policy too).
+    ///
+    /// # Errors
+    /// Allocation failures.
+    ///
+    /// See [`ValueModel`] for an example.
+    pub fn from_policy(policy: &CausalLm) -> Result<Self> {
+        let func = "ValueModel::from_policy";
+        let backbone = policy.frozen_copy()?;
+        let h = backbone.config().hidden_size;
+        let zeros = |shape: &[usize]| Var::zeros(shape, DType::F32, backbone.device()).ctx(func);
+        Ok(Self {
+            weight: zeros(&[1, h])?,
+            bias: zeros(&[1])?,
+            backbone,
+        })
+    }
+
+    /// Loads a critic saved by [`ValueModel::save_hf`] (or any `transformers`
+    /// token-classification checkpoint with one label).
+    ///
+    /// # Errors
+    /// [`Error::File`] for a missing folder, weight or head; a head of another shape.
+    pub fn from_hf_dir(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
+        let func = "ValueModel::from_hf_dir";
+        let dir = dir.as_ref();
+        let config = critic_config(dir)?;
+        let mut tensors: HashMap<String, Tensor> = load_safetensors_dir(dir, DType::F32, device)?;
+        let head = |t: &mut HashMap<String, Tensor>, name: &str, shape: &[usize]| {
+            let x = t.remove(name).ok_or_else(|| {
+                Error::file(
+                    dir.join(WEIGHTS_FILE).display(),
+                    format!("missing tensor `{name}`"),
+                )
+            })?;
+            if x.dims() != shape {
+                return Err(Error::file(
+                    dir.join(WEIGHTS_FILE).display(),
+                    format!(
+                        "tensor `{name}` has shape {:?}, a one-label head is {shape:?}",
+                        x.dims()
+                    ),
+                ));
+            }
+            Var::from_tensor(&x).ctx(func)
+        };
+        let weight = head(&mut tensors, SCORE_WEIGHT, &[1, config.hidden_size])?;
+        let bias = head(&mut tensors, SCORE_BIAS, &[1])?;
+        if !config.tie_word_embeddings && !tensors.contains_key("lm_head.weight") {
+            // A critic has no LM head; the backbone's is never used, so zeros stand in.
+            let lm = Tensor::zeros((config.vocab_size, config.hidden_size), DType::F32, device)
+                .ctx(func)?;
+            tensors.insert("lm_head.weight".into(), lm);
+        }
+        let backbone = CausalLm::from_tensors(config, tensors, DType::F32, device)?;
+        Ok(Self {
+            backbone,
+            weight,
+            bias,
+        })
+    }
+
+    /// The value of every position, `[N, L]` f32 (the head on the final hidden states).
+    ///
+    /// # Errors
+    /// As [`CausalLm::forward`].
+    pub fn values(&self, input: &ForwardInput) -> Result<Tensor> {
+        let func = "ValueModel::values";
+        let hidden = self.backbone.forward_hidden(input, None)?;
+        let hidden = hidden.to_dtype(DType::F32).ctx(func)?;
+        let w = self.weight.as_tensor().t().ctx(func)?;
+        hidden
+            .broadcast_matmul(&w)
+            .and_then(|v| v.squeeze(2))
+            .and_then(|v| v.broadcast_add(self.bias.as_tensor()))
+            .ctx(func)
+    }
+
+    /// The values of the states before each of the last `completion_len` tokens, `[N, T]`:
+    /// position `l − 1` scores the state in which token `l` was chosen (verl's
+    /// `values[:, -T - 1 : -1]`). `input_ids [N, P + T]` with `P ≥ 1`, `attention_mask` as in
+    /// an [`Experience`](https://docs.rs/atomrl-rollout) (left-padded prompts).
+    ///
+    /// # Errors
+    /// `completion_len` of 0 or not below the sequence length; as [`CausalLm::forward`].
+    ///
+    /// See [`ValueModel`] for an example.
+    pub fn completion_values(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: &Tensor,
+        completion_len: usize,
+    ) -> Result<Tensor> {
+        let func = "ValueModel::completion_values";
+        let len = input_ids.dim(1).ctx(func)?;
+        if completion_len == 0 || completion_len >= len {
+            return Err(Error::value(
+                func,
+                "completion_len",
+                format!("in 1..{len} (at least one prompt token before the completion)"),
+                completion_len,
+            ));
+        }
+        let input =
+            ForwardInput::new(input_ids.clone()).with_attention_mask(attention_mask.clone());
+        let all = self.values(&input)?;
+        all.narrow(1, len - completion_len - 1, completion_len)
+            .ctx(func)
+    }
+
+    /// The trainable parameters: the transformer's and the head's (`score.weight`,
+    /// `score.bias`).
+    pub fn named_vars(&self) -> Vec<(String, Var)> {
+        let mut vars = self.backbone.named_vars();
+        vars.push((SCORE_WEIGHT.into(), self.weight.clone()));
+        vars.push((SCORE_BIAS.into(), self.bias.clone()));
+        vars
+    }
+
+    /// The transformer under the head.
+    pub fn backbone(&self) -> &CausalLm {
+        &self.backbone
+    }
+
+    /// Saves the critic to `dir` in `transformers`' token-classification layout (see
+    /// [`ValueModel`]), in f32.
+    ///
+    /// # Errors
+    /// I/O failures.
+    pub fn save_hf(&self, dir: impl AsRef<Path>) -> Result<()> {
+        let dir = dir.as_ref();
+        self.backbone.save_hf_as(dir, DType::F32)?;
+        let mut weights: BTreeMap<String, Tensor> = self
+            .backbone
+            .named_vars()
+            .into_iter()
+            .filter(|(name, _)| name != "lm_head.weight")
+            .map(|(name, v)| (name, v.as_detached_tensor()))
+            .collect();
+        weights.insert(SCORE_WEIGHT.into(), self.weight.as_detached_tensor());
+        weights.insert(SCORE_BIAS.into(), self.bias.as_detached_tensor());
+        save_safetensors(&weights, dir.join(WEIGHTS_FILE), DType::F32)?;
+        let path = dir.join("config.json");
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::file(path.display(), e))?;
+        let mut config: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| Error::file(path.display(), e))?;
+        let arch = config["architectures"][0]
+            .as_str()
+            .unwrap_or("Qwen2ForCausalLM")
+            .replace("ForCausalLM", "ForTokenClassification");
+        config["architectures"] = serde_json::json!([arch]);
+        config["num_labels"] = 1.into();
+        config["id2label"] = serde_json::json!({"0": "LABEL_0"});
+        config["label2id"] = serde_json::json!({"LABEL_0": 0});
+        let text =
+            serde_json::to_string_pretty(&config).map_err(|e| Error::file(path.display(), e))?;
+        std::fs::write(&path, text).map_err(|e| Error::file(path.display(), e))
+    }
+}
+
+/// The backbone's configuration of the critic in `dir`: its `config.json` read as the causal
+/// LM of the same architecture (`Qwen2ForTokenClassification` → `Qwen2ForCausalLM`).
+fn critic_config(dir: &Path) -> Result<crate::ModelConfig> {
+    let path = dir.join("config.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::file(path.display(), e))?;
+    let mut json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error::file(path.display(), e))?;
+    if let Some(archs) = json["architectures"].as_array_mut() {
+        for a in archs.iter_mut() {
+            if let Some(name) = a.as_str() {
+                *a = name.replace("ForTokenClassification", "ForCausalLM").into();
+            }
+        }
+    }
+    crate::ModelConfig::from_json(&json).map_err(|e| match e {
+        Error::File { message, .. } => Error::file(path.display(), message),
+        other => other,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Architecture, ModelConfig};
+
+    fn policy() -> CausalLm {
+        let c = ModelConfig::new(Architecture::Qwen2, 16, 8, 8, 1, 2, 1).unwrap();
+        CausalLm::from_config_random(c, 3, DType::F32, &Device::Cpu).unwrap()
+    }
+
+    #[test]
+    fn the_head_and_the_backbone_learn_and_the_policy_does_not_move() {
+        let p = policy();
+        let critic = ValueModel::from_policy(&p).unwrap();
+        critic
+            .weight
+            .set(&Tensor::ones((1, 8), DType::F32, &Device::Cpu).unwrap())
+            .unwrap();
+        let ids = Tensor::new(&[[1u32, 2, 3]], &Device::Cpu).unwrap();
+        let v = critic.values(&ForwardInput::new(ids)).unwrap();
+        let loss = v.sqr().unwrap().sum_all().unwrap();
+        let grads = loss.backward().unwrap();
+        let named = critic.named_vars();
+        let with_grad = named
+            .iter()
+            .filter(|(_, var)| grads.get(var.as_tensor()).is_some())
+            .count();
+        assert!(with_grad > 3, "only {with_grad} parameters have a gradient");
+        // The copy is the critic's own: the policy's variables are not in the graph.
+        assert!(p
+            .named_vars()
+            .iter()
+            .all(|(_, var)| grads.get(var.as_tensor()).is_none()));
+    }
+
+    /// Writes a critic and its values for `xtask/fixtures/check_critic_transformers.py`
+    /// (ignored: run by hand where transformers is installed).
+    #[test]
+    #[ignore]
+    fn write_critic_for_transformers() {
+        let dir = std::path::PathBuf::from("/tmp/atomrl-critic-check");
+        let model_dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/reference/models/tiny-qwen2"
+        );
+        let p = CausalLm::from_hf_dir(model_dir, DType::F32, &Device::Cpu).unwrap();
+        let critic = ValueModel::from_policy(&p).unwrap();
+        let h = p.config().hidden_size;
+        let w: Vec<f32> = (0..h).map(|i| ((i * 7 % 11) as f32 - 5.0) / 10.0).collect();
+        critic
+            .weight
+            .set(&Tensor::from_vec(w, (1, h), &Device::Cpu).unwrap())
+            .unwrap();
+        critic
+            .bias
+            .set(&Tensor::new(&[0.3f32], &Device::Cpu).unwrap())
+            .unwrap();
+        critic.save_hf(&dir).unwrap();
+        let ids = vec![vec![0u32, 0, 5, 9, 17, 33], vec![4, 8, 15, 16, 23, 42]];
+        let mask = vec![vec![0f32, 0.0, 1.0, 1.0, 1.0, 1.0], vec![1.0; 6]];
+        let input = ForwardInput::new(Tensor::new(ids.clone(), &Device::Cpu).unwrap())
+            .with_attention_mask(Tensor::new(mask.clone(), &Device::Cpu).unwrap());
+        let values: Vec<Vec<f32>> = critic.values(&input).unwrap().to_vec2().unwrap();
+        let case = serde_json::json!({"input_ids": ids, "attention_mask": mask, "values": values});
+        std::fs::write(dir.join("values.json"), case.to_string()).unwrap();
+    }
+
+    #[test]
+    fn saved_critics_load_back_with_the_same_values() {
+        let critic = ValueModel::from_policy(&policy()).unwrap();
+        critic
+            .weight
+            .set(
+                &Tensor::new(
+                    &[[0.5f32, -0.25, 1.0, 0.0, 0.1, 0.2, -0.3, 0.4]],
+                    &Device::Cpu,
+                )
+                .unwrap(),
+            )
+            .unwrap();
+        critic
+            .bias
+            .set(&Tensor::new(&[0.7f32], &Device::Cpu).unwrap())
+            .unwrap();
+        let dir = std::env::temp_dir().join(format!("atomrl-critic-{}", std::process::id()));
+        critic.save_hf(&dir).unwrap();
+        let config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap())
+                .unwrap();
+        assert_eq!(config["architectures"][0], "Qwen2ForTokenClassification");
+        assert_eq!(config["num_labels"], 1);
+        let names = crate::weights::load_safetensors_dir(&dir, DType::F32, &Device::Cpu).unwrap();
+        assert!(names.contains_key(SCORE_WEIGHT) && !names.contains_key("lm_head.weight"));
+        let back = ValueModel::from_hf_dir(&dir, &Device::Cpu).unwrap();
+        let ids = Tensor::new(&[[0u32, 4, 5, 6]], &Device::Cpu).unwrap();
+        let mask = Tensor::new(&[[0f32, 1.0, 1.0, 1.0]], &Device::Cpu).unwrap();
+        let a = critic.completion_values(&ids, &mask, 2).unwrap();
+        let b = back.completion_values(&ids, &mask, 2).unwrap();
+        assert_eq!(a.to_vec2::<f32>().unwrap(), b.to_vec2::<f32>().unwrap());
+        assert!(critic.completion_values(&ids, &mask, 4).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
