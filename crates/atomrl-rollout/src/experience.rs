@@ -52,7 +52,8 @@ pub struct Experience {
     pub loss_mask: Tensor,
     /// Completion width `T`.
     pub completion_len: usize,
-    /// One advantage per row (0 where the recipe has none, e.g. SFT).
+    /// One advantage per row `[R]` (0 where the recipe has none, e.g. SFT), or per token
+    /// `[R, T]` (GAE, [`attach_values_and_gae`](crate::attach_values_and_gae)).
     pub advantages: Tensor,
     /// Log-probs of the completion tokens under the policy that generated them (when the
     /// update takes more than one optimizer step on the same rollouts).
@@ -329,7 +330,14 @@ impl Experience {
         }
         let (keep, t) = (width - lead - tail, self.completion_len - tail);
         let tokens = |x: &Option<Tensor>| x.as_ref().map(|x| x.narrow(1, 0, t)).transpose();
+        // Per-token advantages (GAE) are token columns too.
+        let advantages = if self.advantages.rank() == 2 {
+            self.advantages.narrow(1, 0, t).ctx(func)?
+        } else {
+            self.advantages.clone()
+        };
         Ok(Self {
+            advantages,
             input_ids: self.input_ids.narrow(1, lead, keep).ctx(func)?,
             attention_mask: self.attention_mask.narrow(1, lead, keep).ctx(func)?,
             loss_mask: self.loss_mask.narrow(1, 0, t).ctx(func)?,

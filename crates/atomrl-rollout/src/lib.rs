@@ -27,6 +27,7 @@
 
 #![deny(missing_docs)]
 
+mod critic;
 pub mod eval;
 pub mod experience;
 mod log_probs;
@@ -36,6 +37,7 @@ pub mod prompt;
 pub mod rollout;
 pub mod summary;
 
+pub use critic::{attach_values_and_gae, GaeConfig};
 pub use eval::{evaluate, EvalData, EvalResult};
 pub use experience::{Experience, LossNormalizer, PairRole, TokenRow};
 pub use log_probs::experience_log_probs;
