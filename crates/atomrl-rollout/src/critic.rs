@@ -7,7 +7,7 @@ use atomrl_model::ValueModel;
 use candle_core::Tensor;
 
 use crate::experience::Experience;
-use crate::parallel::{sharded_chunks, split_even, Parallel};
+use crate::parallel::{sharded_chunks, Parallel};
 
 /// How [`attach_values_and_gae`] turns rewards and values into advantages.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -67,7 +67,7 @@ pub fn attach_values_and_gae(
             exp.rewards.len(),
         ));
     }
-    let micro = split_even(exp.num_rows(), config.micro_batches.max(1) * par.shards());
+    let micro = par.micro_batches(exp.num_rows(), config.micro_batches);
     let parts = sharded_chunks(
         func,
         micro.len(),

@@ -8,7 +8,7 @@ use candle_core::Tensor;
 
 use crate::experience::Experience;
 use crate::make::ExperienceConfig;
-use crate::parallel::{sharded_chunks, split_even, Parallel};
+use crate::parallel::{sharded_chunks, Parallel};
 
 /// Log-probs (and entropies) of the completion tokens of `exp` under `model` (`[R, T]`): each
 /// prompt goes through the model once for all its completions
@@ -61,8 +61,7 @@ pub(crate) fn attach_log_probs(
     config: &ExperienceConfig,
 ) -> Result<()> {
     // The update's own micro-batches and shard rule.
-    let shards = par.workers.max(1) * par.comm.world_size();
-    let micro = split_even(exp.num_rows(), config.micro_batches.max(1) * shards);
+    let micro = par.micro_batches(exp.num_rows(), config.micro_batches);
     let temperature = config.sampling.temperature;
     if config.old_log_probs {
         exp.old_log_probs = Some(detached_log_probs(policy, exp, &micro, par, temperature)?);

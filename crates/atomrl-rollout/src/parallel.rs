@@ -45,6 +45,21 @@ impl Parallel<'_> {
     pub fn shards(&self) -> usize {
         self.workers.max(1) * self.comm.world_size()
     }
+
+    /// The micro-batches of an update over `rows` rows with `accumulation` micro-batches per
+    /// worker: `accumulation × shards` contiguous ranges ([`split_even`]), micro-batch `c`
+    /// running on shard `c mod shards`. The update and every pass that must see its exact
+    /// micro-batches (old, reference and critic scoring) take them from here.
+    ///
+    /// ```
+    /// use atomrl_dist::SingleProcess;
+    /// use atomrl_rollout::parallel::Parallel;
+    /// let par = Parallel { workers: 2, comm: &SingleProcess };
+    /// assert_eq!(par.micro_batches(10, 2), vec![0..3, 3..6, 6..8, 8..10]);
+    /// ```
+    pub fn micro_batches(&self, rows: usize, accumulation: usize) -> Vec<Range<usize>> {
+        split_even(rows, accumulation.max(1) * self.shards())
+    }
 }
 
 /// Splits `0..n` into `parts` contiguous ranges whose lengths differ by at most one (the

@@ -88,7 +88,7 @@ pub(crate) fn generate_group_rows(
     ground_truth: &[String],
 ) -> Result<Scored> {
     let (workers, comm) = (par.workers.max(1), par.comm);
-    let shards = split_even(prompts.len(), workers * comm.world_size());
+    let shards = split_even(prompts.len(), par.shards());
     let mine: Vec<usize> = (0..shards.len())
         .filter(|s| s / workers == comm.rank())
         .collect();

@@ -8,7 +8,7 @@ use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 
 use crate::optim::{AdamW, Gradients};
-use crate::parallel::{dist_error, run_shards, split_even};
+use crate::parallel::{dist_error, run_shards, Parallel};
 use atomrl_dist::Collective;
 use atomrl_rollout::Experience;
 
@@ -86,10 +86,13 @@ pub fn accumulate_and_step<T: MicroStatistics>(
     comm: &dyn Collective,
     micro_loss: impl Fn(&Experience) -> Result<Option<(Tensor, T)>> + Sync,
 ) -> Result<(StepOutcome, Vec<T>)> {
-    let workers = settings.workers.max(1);
-    let shards = workers * comm.world_size();
+    let par = Parallel {
+        workers: settings.workers,
+        comm,
+    };
+    let (workers, shards) = (settings.workers.max(1), par.shards());
     let first = workers * comm.rank();
-    let chunks = split_even(exp.num_rows(), settings.accumulation.max(1) * shards);
+    let chunks = par.micro_batches(exp.num_rows(), settings.accumulation);
     let per_worker = run_shards(FUNC, workers, |w| {
         let mut grads = Gradients::new();
         let mut reports = Vec::new();
