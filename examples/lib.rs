@@ -128,6 +128,32 @@ pub fn choose_model(
     })
 }
 
+/// The system prompt of the real GSM8K recipes: asks for the answer format the rewards check.
+pub const GSM8K_FORMAT_PROMPT: &str =
+    "Solve the problem step by step. Write your reasoning inside <think>\n...\n</think> \
+and then the final number only inside <answer>\n...\n</answer>.";
+
+/// The overrides of a maths example's model and data: the model, the dataset, the held-out
+/// data (`eval_dataset`, else the dataset's own held-out part), and for a real model the
+/// system prompt asking for the answer format ([`GSM8K_FORMAT_PROMPT`]).
+///
+/// ```
+/// use atomrl_examples::{data_overrides, ModelChoice};
+/// let choice = ModelChoice { embedded: true, model: "m".into(), dataset: "synthetic".into() };
+/// assert_eq!(data_overrides(&choice, None), ["model=\"m\"", "dataset=\"synthetic\"", "eval_dataset=\"synthetic\""]);
+/// ```
+pub fn data_overrides(choice: &ModelChoice, eval_dataset: Option<&str>) -> Vec<String> {
+    let mut o = vec![
+        quoted("model", &choice.model),
+        quoted("dataset", &choice.dataset),
+        quoted("eval_dataset", eval_dataset.unwrap_or(&choice.dataset)),
+    ];
+    if !choice.embedded {
+        o.push(quoted("system_prompt", GSM8K_FORMAT_PROMPT));
+    }
+    o
+}
+
 /// `key="value"`, a TOML string override.
 ///
 /// ```

@@ -10,18 +10,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use atomrl_examples::{choose_model, main_with, quoted, ModelChoice, RunOptions};
+use atomrl_examples::{choose_model, data_overrides, main_with, RunOptions};
 use atomrl_trainer::config::{load_args, Recipe};
 use atomrl_trainer::run::{print_summary, run_recipe};
 use clap::{Parser, ValueEnum};
 
 /// The folder of the embedded model (built by `cargo xtask tiny-model`).
 const EMBEDDED_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/grpo_gsm8k/model");
-
-/// The system prompt of the real recipe: asks for the answer format the rewards check.
-const FORMAT_PROMPT: &str =
-    "Solve the problem step by step. Write your reasoning inside <think>\n...\n</think> \
-and then the final number only inside <answer>\n...\n</answer>.";
 
 #[derive(Clone, Copy, ValueEnum)]
 enum RecipeArg {
@@ -137,28 +132,19 @@ fn run(cli: Cli) -> Result<()> {
         RecipeArg::Grpo => Recipe::Grpo,
         RecipeArg::Dapo => Recipe::Dapo,
     };
-    let ModelChoice {
-        embedded,
-        model,
-        dataset,
-    } = choose_model(
+    let choice = choose_model(
         cli.model.as_deref(),
         cli.dataset.as_deref(),
         EMBEDDED_MODEL,
         "cargo xtask tiny-model",
     )?;
+    let embedded = choice.embedded;
     let mut overrides = if embedded {
         embedded_defaults(cli.recipe)
     } else {
         real_defaults()
     };
-    overrides.push(quoted("model", &model));
-    overrides.push(quoted("dataset", &dataset));
-    let eval = cli.eval_dataset.clone().unwrap_or_else(|| dataset.clone());
-    overrides.push(quoted("eval_dataset", &eval));
-    if !embedded {
-        overrides.push(quoted("system_prompt", FORMAT_PROMPT));
-    }
+    overrides.extend(data_overrides(&choice, cli.eval_dataset.as_deref()));
     overrides.extend(cli.run.overrides(&cli.output_dir));
     let args = load_args(cli.run.config.as_deref(), Some(recipe), &overrides)?;
     println!(

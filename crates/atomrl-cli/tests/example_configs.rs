@@ -15,8 +15,9 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-const CONFIGS: [(&str, Recipe, bool); 4] = [
+const CONFIGS: [(&str, Recipe, bool); 5] = [
     ("tiny.toml", Recipe::Grpo, false),
+    ("ppo.toml", Recipe::Ppo, false),
     ("dapo.toml", Recipe::Dapo, false),
     ("sft.toml", Recipe::Sft, false),
     ("lora.toml", Recipe::Grpo, true),

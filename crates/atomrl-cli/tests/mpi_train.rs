@@ -1,7 +1,7 @@
 //! `atomrl-train` data-parallel over MPI (feature `mpi`; needs Open MPI's `mpirun` on the
 //! PATH): two ranks of one worker compute exactly what one process of two workers does
 //! (every metric but the timings, bit for bit, and the final weights and optimizer moments,
-//! byte for byte), also when killed and resumed; a rank that fails ends the job; a resume
+//! byte for byte, the critic's too for PPO and TRPO), also when killed and resumed; a rank that fails ends the job; a resume
 //! with another world size is refused.
 #![cfg(feature = "mpi")]
 #![allow(clippy::unwrap_used)]
@@ -48,21 +48,28 @@ fn mpirun_train(args: &[&str], env: &[(&str, &str)]) -> Command {
 }
 
 /// A run of `steps` steps with gradient accumulation, evaluation and checkpoints: GRPO with a
-/// KL term (the reference model's log-probs), or DAPO (dynamic sampling, its refills
-/// exchanged between the ranks).
+/// KL term (the reference model's log-probs), DAPO (dynamic sampling, its refills exchanged
+/// between the ranks), PPO or TRPO (a critic).
 fn write_config(dir: &Path, recipe: &str, steps: usize) -> PathBuf {
     let data = write_dataset(dir);
     let path = dir.join("run.toml");
-    let extra = if recipe == "grpo" {
-        "beta = 0.04\n"
-    } else {
-        "max_num_gen_batches = 3\noverlong_buffer_len = 4\n"
+    let (extra, tables) = match recipe {
+        "grpo" => ("beta = 0.04\n", ""),
+        "dapo" => ("max_num_gen_batches = 3\noverlong_buffer_len = 4\n", ""),
+        // The critic's values and GAE in the sharded experience, its update over the ranks,
+        // the KL in the reward with its adaptive coefficient, two PPO epochs.
+        "ppo" => (
+            "beta = 0.04\nnum_iterations = 2\n",
+            "[critic]\nlr = 1e-3\nkl_target = 0.01\nkl_horizon = 100.0\n",
+        ),
+        // The trust-region step: gradients and Fisher-vector products summed over the ranks.
+        _ => ("", "[critic]\nlr = 1e-3\n[trpo]\ncg_iters = 4\n"),
     };
     let toml = format!(
         "recipe = {recipe:?}\nmodel = {:?}\ndataset = {:?}\noutput_dir = {:?}\nmax_steps = {steps}\n\
          batch_size = 3\nnum_generations = 4\nmax_completion_length = 10\neval_size = 5\neval_steps = 2\n\
          lr = 1e-3\nsave_steps = 2\nprogress = false\ngradient_accumulation_steps = 2\n{extra}\
-         [[rewards]]\nname = \"digit\"\n",
+         [[rewards]]\nname = \"digit\"\n{tables}",
         model_dir(),
         data.display().to_string(),
         dir.join("run").display().to_string()
@@ -150,7 +157,11 @@ fn same_run_on_two_ranks_and_two_workers(recipe: &str) {
         .count();
     assert!(learned >= 2, "only {learned} steps had a gradient");
     assert_eq!(a, b, "metrics of 2 ranks differ from 2 workers");
-    for file in ["model.safetensors", "optimizer.safetensors"] {
+    let mut files = vec!["model.safetensors", "optimizer.safetensors"];
+    if matches!(recipe, "ppo" | "trpo") {
+        files.extend(["critic/model.safetensors", "critic/optimizer.safetensors"]);
+    }
+    for file in files {
         let path = |root: &Path| root.join(format!("run/checkpoint-{steps}/{file}"));
         assert!(
             std::fs::read(path(&threads)).unwrap() == std::fs::read(path(&ranks)).unwrap(),
@@ -167,6 +178,16 @@ fn two_ranks_train_exactly_as_two_workers_grpo_with_kl() {
 #[test]
 fn two_ranks_train_exactly_as_two_workers_dapo() {
     same_run_on_two_ranks_and_two_workers("dapo");
+}
+
+#[test]
+fn two_ranks_train_exactly_as_two_workers_ppo() {
+    same_run_on_two_ranks_and_two_workers("ppo");
+}
+
+#[test]
+fn two_ranks_train_exactly_as_two_workers_trpo() {
+    same_run_on_two_ranks_and_two_workers("trpo");
 }
 
 #[test]

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{model_dir, temp_dir, train_bin, write_dataset};
+use common::{comparable, model_dir, temp_dir, train_bin, write_dataset};
 use std::path::{Path, PathBuf};
 
 use atomrl_trainer::logging::read_metrics;
@@ -24,24 +24,6 @@ fn write_config(dir: &Path, max_steps: usize) -> PathBuf {
     );
     std::fs::write(&path, toml).unwrap();
     path
-}
-
-/// Rows without the wall-clock metrics, which differ between runs.
-fn comparable(path: &Path) -> Vec<Vec<(String, String)>> {
-    read_metrics(path)
-        .unwrap()
-        .into_iter()
-        .map(|r| {
-            let mut v: Vec<(String, String)> = vec![("step".into(), r.step.to_string())];
-            v.extend(
-                r.values
-                    .into_iter()
-                    .filter(|(k, _)| !k.starts_with("time/") && !k.starts_with("throughput/"))
-                    .map(|(k, x)| (k, format!("{x:.9e}"))),
-            );
-            v
-        })
-        .collect()
 }
 
 #[test]

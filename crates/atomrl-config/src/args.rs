@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 pub use atomrl_optim::LrSchedule;
 
+use super::actor_critic::{CriticArgs, TrpoArgs};
 use super::resume::Resume;
 use atomrl_advantage::AdvantageMode;
 use atomrl_core::{ComputeDtype, DeviceSpec};
@@ -20,15 +21,27 @@ pub enum Recipe {
     Dapo,
     /// Supervised fine-tuning on prompt/completion pairs (completion-only cross-entropy).
     Sft,
+    /// PPO with a learned critic and GAE (`[critic]`), μ clipped epochs per experience.
+    Ppo,
+    /// Advantage actor-critic: the critic's GAE advantages, the vanilla policy gradient.
+    A2c,
+    /// TRPO: the critic's GAE advantages, a natural-gradient step in a KL trust region
+    /// (`[trpo]`).
+    Trpo,
 }
 
 impl Recipe {
     /// The names, as written in a configuration or on the command line.
-    pub const NAMES: [&'static str; 3] = ["grpo", "dapo", "sft"];
+    pub const NAMES: [&'static str; 6] = ["grpo", "dapo", "sft", "ppo", "a2c", "trpo"];
 
     /// The name of this recipe.
     pub fn name(self) -> &'static str {
         Self::NAMES[self as usize]
+    }
+
+    /// Whether the recipe trains a critic (`ppo`, `a2c`, `trpo`).
+    pub fn has_critic(self) -> bool {
+        matches!(self, Self::Ppo | Self::A2c | Self::Trpo)
     }
 }
 
@@ -41,7 +54,7 @@ impl std::fmt::Display for Recipe {
 /// ```
 /// use atomrl_config::Recipe;
 /// assert_eq!("dapo".parse::<Recipe>()?, Recipe::Dapo);
-/// assert!("ppo".parse::<Recipe>().unwrap_err().to_string().contains("recipe"));
+/// assert!("ppo2".parse::<Recipe>().unwrap_err().to_string().contains("recipe"));
 /// # Ok::<(), atomrl_core::Error>(())
 /// ```
 impl std::str::FromStr for Recipe {
@@ -50,7 +63,14 @@ impl std::str::FromStr for Recipe {
     fn from_str(s: &str) -> atomrl_core::Result<Self> {
         Self::NAMES
             .iter()
-            .zip([Self::Grpo, Self::Dapo, Self::Sft])
+            .zip([
+                Self::Grpo,
+                Self::Dapo,
+                Self::Sft,
+                Self::Ppo,
+                Self::A2c,
+                Self::Trpo,
+            ])
             .find_map(|(n, r)| (*n == s).then_some(r))
             .ok_or_else(|| atomrl_core::Error::unknown_choice("config", "recipe", &Self::NAMES, s))
     }
@@ -293,6 +313,12 @@ pub struct GRPOArgs {
     pub system_prompt: Option<String>,
     /// Show a progress bar.
     pub progress: bool,
+    /// The critic of the actor-critic recipes (`ppo`, `a2c`, `trpo`).
+    #[serde(default)]
+    pub critic: Option<CriticArgs>,
+    /// TRPO's trust region and solver.
+    #[serde(default)]
+    pub trpo: Option<TrpoArgs>,
 }
 
 /// [`GRPOArgs::max_tool_turns`]'s default.
@@ -402,6 +428,8 @@ mod tests {
             chat_template: true,
             system_prompt: None,
             progress: true,
+            critic: None,
+            trpo: None,
         };
         match recipe {
             Recipe::Grpo => grpo,
@@ -422,12 +450,28 @@ mod tests {
                 rewards: Vec::new(),
                 ..grpo
             },
+            Recipe::Ppo | Recipe::A2c | Recipe::Trpo => GRPOArgs {
+                batch_size: 64,
+                num_generations: 1,
+                num_iterations: if recipe == Recipe::Ppo { 4 } else { 1 },
+                loss_agg: LossAgg::TokenMean,
+                critic: Some(CriticArgs::default()),
+                trpo: (recipe == Recipe::Trpo).then(TrpoArgs::default),
+                ..grpo
+            },
         }
     }
 
     #[test]
     fn every_preset_loads_with_its_former_values() {
-        for recipe in [Recipe::Grpo, Recipe::Dapo, Recipe::Sft] {
+        for recipe in [
+            Recipe::Grpo,
+            Recipe::Dapo,
+            Recipe::Sft,
+            Recipe::Ppo,
+            Recipe::A2c,
+            Recipe::Trpo,
+        ] {
             assert_eq!(GRPOArgs::preset(recipe), old_preset(recipe), "{recipe}");
         }
     }

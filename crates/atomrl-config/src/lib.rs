@@ -17,6 +17,7 @@
 
 #![deny(missing_docs)]
 
+mod actor_critic;
 mod args;
 mod load;
 mod parts;
@@ -25,12 +26,13 @@ mod rewards;
 mod tools;
 mod validate;
 
+pub use actor_critic::{CriticArgs, TrpoArgs};
 pub use args::{AccuracySpec, GRPOArgs, LoraArgs, LrSchedule, Recipe, RewardSpec};
 /// The compute dtype and the device, re-exported from [`atomrl_core`] (their home since every
 /// command shares them) so that configuration code finds them here too.
 pub use atomrl_core::{ComputeDtype, DeviceSpec};
 pub use load::load_args;
-pub use parts::{LossConfig, UpdateConfig};
+pub use parts::{LossConfig, PolicyObjective, UpdateConfig};
 pub use resume::Resume;
 pub use rewards::{build_accuracy, build_rewards};
 pub use tools::build_tools;

@@ -73,6 +73,9 @@ pub fn load_args(
 const GRPO_PRESET: &str = include_str!("../presets/grpo.toml");
 const DAPO_PRESET: &str = include_str!("../presets/dapo.toml");
 const SFT_PRESET: &str = include_str!("../presets/sft.toml");
+const PPO_PRESET: &str = include_str!("../presets/ppo.toml");
+const A2C_PRESET: &str = include_str!("../presets/a2c.toml");
+const TRPO_PRESET: &str = include_str!("../presets/trpo.toml");
 
 /// The defaults of `recipe` as a TOML table: `grpo.toml` with the recipe's own file on top
 /// (its keys replace whole values, so `rewards = []` empties the list), and `recipe` set.
@@ -81,6 +84,9 @@ pub(super) fn preset_table(recipe: Recipe) -> toml::Table {
         Recipe::Grpo => "",
         Recipe::Dapo => DAPO_PRESET,
         Recipe::Sft => SFT_PRESET,
+        Recipe::Ppo => PPO_PRESET,
+        Recipe::A2c => A2C_PRESET,
+        Recipe::Trpo => TRPO_PRESET,
     };
     let mut table = toml::Table::new();
     for text in [GRPO_PRESET, own] {
@@ -241,6 +247,56 @@ mod tests {
         o.push("lr=-1".into());
         let e = load_args(None, None, &o).unwrap_err().to_string();
         assert!(e.contains("`lr`"), "{e}");
+    }
+
+    #[test]
+    fn actor_critic_presets_need_a_critic_lr_and_check_its_ranges() {
+        for recipe in [Recipe::Ppo, Recipe::A2c, Recipe::Trpo] {
+            let e = load_args(None, Some(recipe), &base())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("`critic.lr`"), "{recipe}: {e}");
+            let mut o = base();
+            o.push("critic.lr=1e-5".into());
+            let a = load_args(None, Some(recipe), &o).unwrap();
+            assert_eq!((a.num_generations, a.batch_size), (1, 64), "{recipe}");
+            let u = a.update();
+            let vanilla = u.loss.objective == crate::PolicyObjective::VanillaGradient;
+            assert_eq!(vanilla, recipe == Recipe::A2c, "{recipe}");
+            let x = a.experience(vec![], 0);
+            assert!(!x.group_advantages && !x.drop_zero_advantage, "{recipe}");
+            assert_eq!(x.old_log_probs, recipe != Recipe::A2c, "{recipe}");
+        }
+        for (set, key) in [
+            ("critic.gamma=1.5", "`critic.gamma`"),
+            ("critic.lam=-0.5", "`critic.lam`"),
+            ("critic.vf_coef=0", "`critic.vf_coef`"),
+            ("critic.kl_target=-1", "`critic.kl_target`"),
+            ("trpo.max_kl=0", "`trpo.max_kl`"),
+            ("trpo.cg_iters=0", "`trpo.cg_iters`"),
+            ("critic.gama=1", "gama"),
+        ] {
+            let mut o = base();
+            o.extend(["critic.lr=1e-5".into(), set.into()]);
+            let e = load_args(None, Some(Recipe::Trpo), &o)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{set}: {e}");
+        }
+        // A KL in the reward leaves the loss without one, and needs the old log-probs.
+        let mut o = base();
+        o.extend([
+            "critic.lr=1e-5".into(),
+            "beta=0.1".into(),
+            "num_iterations=1".into(),
+        ]);
+        let a = load_args(None, Some(Recipe::Ppo), &o).unwrap();
+        assert_eq!(a.update().loss.beta, 0.0);
+        assert!(a.experience(vec![], 0).old_log_probs);
+        o.push("critic.kl_in_reward=false".into());
+        let a = load_args(None, Some(Recipe::Ppo), &o).unwrap();
+        assert_eq!(a.update().loss.beta, 0.1);
+        assert!(!a.experience(vec![], 0).old_log_probs);
     }
 
     #[test]

@@ -6,12 +6,24 @@ use atomrl_optim::{AdamWConfig, StepSettings};
 use atomrl_rollout::ExperienceConfig;
 use atomrl_sample::SamplingParams;
 
-use super::args::GRPOArgs;
+use super::actor_critic::CriticArgs;
+use super::args::{GRPOArgs, Recipe};
 
-/// The loss of the policy update: the clipped surrogate, `+ β·KL` to the reference and `−` the
+/// The policy term of the loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyObjective {
+    /// PPO's clipped surrogate (`compute_policy_loss`): GRPO, DAPO, PPO.
+    ClippedSurrogate,
+    /// The vanilla policy gradient `−A·log π` (`compute_pg_loss`): A2C.
+    VanillaGradient,
+}
+
+/// The loss of the policy update: the policy term, `+ β·KL` to the reference and `−` the
 /// entropy bonus.
 #[derive(Debug, Clone)]
 pub struct LossConfig {
+    /// The policy term.
+    pub objective: PolicyObjective,
     /// Clipping, ratio level and aggregation (the normaliser is set per step).
     pub policy: PolicyLossOptions,
     /// KL coefficient β (0: no reference model).
@@ -72,11 +84,17 @@ impl GRPOArgs {
             batch_size: self.batch_size,
             dynamic_sampling: self.dynamic_sampling,
             max_rounds: self.max_num_gen_batches,
+            group_advantages: !self.recipe.has_critic(),
             advantage_mode: self.advantage_mode,
             advantage_eps: self.advantage_eps,
             mask_truncated_completions: self.mask_truncated_completions,
-            drop_zero_advantage: self.beta == 0.0 && self.entropy_coef == 0.0,
-            old_log_probs: self.num_iterations > 1,
+            // A critic's per-token advantages replace the rows' after this phase.
+            drop_zero_advantage: self.beta == 0.0
+                && self.entropy_coef == 0.0
+                && !self.recipe.has_critic(),
+            old_log_probs: self.num_iterations > 1
+                || self.recipe == Recipe::Trpo
+                || (self.kl_in_reward() && self.beta > 0.0),
             micro_batches: self.gradient_accumulation_steps,
             pad_token_id,
         }
@@ -92,6 +110,11 @@ impl GRPOArgs {
     pub fn update(&self) -> UpdateConfig {
         UpdateConfig {
             loss: LossConfig {
+                objective: if self.recipe == Recipe::A2c {
+                    PolicyObjective::VanillaGradient
+                } else {
+                    PolicyObjective::ClippedSurrogate
+                },
                 policy: PolicyLossOptions {
                     clip_low: self.clip_low,
                     clip_high: self.clip_high,
@@ -104,7 +127,7 @@ impl GRPOArgs {
                         global_seqs: None,
                     },
                 },
-                beta: self.beta,
+                beta: if self.kl_in_reward() { 0.0 } else { self.beta },
                 kl_estimator: self.kl_estimator,
                 entropy_coef: self.entropy_coef,
                 temperature: self.temperature,
@@ -127,6 +150,29 @@ impl GRPOArgs {
             max_grad_norm: self.max_grad_norm,
             lr: 0.0,
         }
+    }
+
+    /// The critic's settings (`[critic]`, its defaults when absent).
+    ///
+    /// ```
+    /// use atomrl_config::{GRPOArgs, Recipe};
+    /// let c = GRPOArgs::preset(Recipe::Ppo).critic();
+    /// assert_eq!((c.gamma, c.lam, c.lr), (1.0, 0.95, None));
+    /// ```
+    pub fn critic(&self) -> CriticArgs {
+        self.critic.clone().unwrap_or_default()
+    }
+
+    /// Whether `β·KL` goes into the token rewards rather than the loss (actor-critic recipes
+    /// with `critic.kl_in_reward`).
+    ///
+    /// ```
+    /// use atomrl_config::{GRPOArgs, Recipe};
+    /// assert!(GRPOArgs::preset(Recipe::Ppo).kl_in_reward());
+    /// assert!(!GRPOArgs::preset(Recipe::Grpo).kl_in_reward());
+    /// ```
+    pub fn kl_in_reward(&self) -> bool {
+        self.recipe.has_critic() && self.critic().kl_in_reward
     }
 
     /// AdamW's settings.

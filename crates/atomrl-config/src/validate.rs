@@ -16,6 +16,7 @@ pub fn validate(a: &GRPOArgs) -> Result<()> {
     check_ranges(a)?;
     check_counts(a)?;
     check_recipe(a)?;
+    check_critic(a)?;
     check_resume(a)
 }
 
@@ -107,7 +108,9 @@ fn check_counts(a: &GRPOArgs) -> Result<()> {
 /// What the recipe needs: groups and rewards for GRPO/DAPO, a valid `[lora]` table.
 fn check_recipe(a: &GRPOArgs) -> Result<()> {
     if a.recipe != Recipe::Sft {
-        at_least("num_generations", a.num_generations, 2)?;
+        // A critic is its own baseline; a group's mean needs two completions.
+        let min = if a.recipe.has_critic() { 1 } else { 2 };
+        at_least("num_generations", a.num_generations, min)?;
         if a.rewards.is_empty() {
             return Err(Error::missing(
                 FUNC,
@@ -128,6 +131,60 @@ fn check_recipe(a: &GRPOArgs) -> Result<()> {
                 "lora.dropout",
                 "in [0, 1)",
                 lora.dropout,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The critic and the trust region of `ppo`, `a2c` and `trpo`.
+fn check_critic(a: &GRPOArgs) -> Result<()> {
+    if !a.recipe.has_critic() {
+        return Ok(());
+    }
+    let recipe = a.recipe;
+    let c = a.critic.clone().unwrap_or_default();
+    let Some(lr) = c.lr else {
+        return Err(Error::missing(
+            FUNC,
+            "critic.lr",
+            format!(
+                "the critic's learning rate, which `{recipe}` needs (e.g. `--set critic.lr=1e-5`)"
+            ),
+        ));
+    };
+    positive("critic.lr", lr)?;
+    positive("critic.vf_coef", c.vf_coef)?;
+    positive("critic.clip_range_value", c.clip_range_value)?;
+    positive("critic.kl_horizon", c.kl_horizon)?;
+    for (key, v) in [("critic.gamma", c.gamma), ("critic.lam", c.lam)] {
+        if !(0.0..=1.0).contains(&v) {
+            return Err(Error::value(FUNC, key, "in [0, 1]", v));
+        }
+    }
+    if let Some(t) = c.kl_target {
+        positive("critic.kl_target", t)?;
+    }
+    if let (Recipe::Trpo, Some(t)) = (recipe, &a.trpo) {
+        positive("trpo.max_kl", t.max_kl)?;
+        positive("trpo.fvp_shift", t.fvp_shift)?;
+        non_negative("trpo.damping", t.damping)?;
+        at_least("trpo.cg_iters", t.cg_iters, 1)?;
+        at_least("trpo.max_backtracks", t.max_backtracks, 1)?;
+        if !(t.fisher_fraction > 0.0 && t.fisher_fraction <= 1.0) {
+            return Err(Error::value(
+                FUNC,
+                "trpo.fisher_fraction",
+                "in (0, 1]",
+                t.fisher_fraction,
+            ));
+        }
+        if !(0.0..=1.0).contains(&t.accept_ratio) {
+            return Err(Error::value(
+                FUNC,
+                "trpo.accept_ratio",
+                "in [0, 1]",
+                t.accept_ratio,
             ));
         }
     }

@@ -10,6 +10,7 @@ pub fn all() -> Vec<AtomicFn> {
     fns.extend(atomrl_reward::functions());
     fns.extend(atomrl_logprob::functions());
     fns.extend(atomrl_sample::functions());
+    fns.extend(atomrl_optim::functions());
     fns
 }
 

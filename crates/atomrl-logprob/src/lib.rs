@@ -39,4 +39,4 @@ pub use selective::{
     chunk_elements_for, selective_log_softmax, selective_log_softmax_chunked, TokenLogProbs,
     DEFAULT_CHUNK_ELEMENTS, MAX_DEVICE_CHUNK_ELEMENTS,
 };
-pub use shared_prompt::{get_shared_prompt_log_probs, SharedPromptBatch};
+pub use shared_prompt::{get_shared_prompt_hidden, get_shared_prompt_log_probs, SharedPromptBatch};

@@ -82,6 +82,61 @@ pub fn get_shared_prompt_log_probs(
 ) -> Result<TokenLogProbs> {
     let func = "get_shared_prompt_log_probs";
     check_temperature(func, temperature)?;
+    let (hidden, completion_ids, completion_mask) = shared_prompt_states(func, model, batch)?;
+    let settings = ScoreSettings {
+        temperature,
+        with_entropy,
+        chunk_elements: chunk_elements_for(model.device()),
+    };
+    score_hidden(
+        func,
+        model,
+        &hidden,
+        &completion_ids,
+        &completion_mask,
+        &settings,
+    )
+}
+
+/// The final hidden states that predict each completion token, `[N, T, H]`, with each prompt
+/// run through the model once (as [`get_shared_prompt_log_probs`] does): position `j` is the
+/// state after the prompt and completion tokens `0..j`. What a value head reads (PPO's critic:
+/// the value of the state before each completion token). Differentiable.
+///
+/// # Errors
+/// As [`get_shared_prompt_log_probs`].
+///
+/// ```
+/// use atomrl_logprob::{get_shared_prompt_hidden, SharedPromptBatch};
+/// use atomrl_model::{CausalLm, ForwardInput};
+/// use candle_core::{DType, Device, Tensor};
+/// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+/// let model = CausalLm::from_hf_dir(dir, DType::F32, &Device::Cpu)?;
+/// let d = Device::Cpu;
+/// let shared = SharedPromptBatch {
+///     prompt_ids: Tensor::new(&[[5u32, 6]], &d)?,
+///     prompt_mask: Tensor::new(&[[1u32, 1]], &d)?,
+///     completion_ids: Tensor::new(&[[7u32, 8]], &d)?,
+///     completion_mask: Tensor::new(&[[1u32, 1]], &d)?,
+///     prompt_index: Tensor::new(&[0u32], &d)?,
+/// };
+/// let h = get_shared_prompt_hidden(&model, &shared)?;
+/// // The states after [5, 6] and after [5, 6, 7]: positions 1 and 2 of the whole row.
+/// let full = model.forward_hidden(&ForwardInput::new(Tensor::new(&[[5u32, 6, 7, 8]], &d)?), None)?;
+/// let diff = (h - full.narrow(1, 1, 2)?)?.abs()?.max_all()?.to_scalar::<f32>()?;
+/// assert!(diff < 1e-5);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn get_shared_prompt_hidden(model: &CausalLm, batch: &SharedPromptBatch) -> Result<Tensor> {
+    Ok(shared_prompt_states("get_shared_prompt_hidden", model, batch)?.0)
+}
+
+/// The checked batch's predicting hidden states `[N, T, H]`, completion ids and mask.
+fn shared_prompt_states(
+    func: &str,
+    model: &CausalLm,
+    batch: &SharedPromptBatch,
+) -> Result<(Tensor, Tensor, Tensor)> {
     let vocab = model.config().vocab_size;
     let (k, p) = dims2(
         func,
@@ -153,19 +208,7 @@ pub fn get_shared_prompt_log_probs(
         )?);
     }
     let hidden = Tensor::cat(&scoring, 1).ctx(func)?;
-    let settings = ScoreSettings {
-        temperature,
-        with_entropy,
-        chunk_elements: chunk_elements_for(model.device()),
-    };
-    score_hidden(
-        func,
-        model,
-        &hidden,
-        &completion_ids,
-        &completion_mask,
-        &settings,
-    )
+    Ok((hidden, completion_ids, completion_mask))
 }
 
 /// `(rows, columns)` of a rank-2 tensor with at least one column.

@@ -76,6 +76,31 @@ pub const THROUGHPUT_TOKENS_PER_S: &str = "throughput/tokens_per_s";
 pub const TOKENS_PER_S: &str = "tokens_per_s";
 /// Completion tokens in the step's loss (SFT).
 pub const COMPLETION_TOKENS: &str = "completion_tokens";
+/// The critic's value loss (actor-critic recipes), last epoch.
+pub const CRITIC_VALUE_LOSS: &str = "critic/value_loss";
+/// Share of completion tokens whose value clip was active, last epoch.
+pub const CRITIC_CLIP_FRAC: &str = "critic/clip_frac";
+/// `1 − Var(R − V) / Var(R)` over the completion tokens: how much of the returns the
+/// critic's values (as the experience was made) explain.
+pub const CRITIC_EXPLAINED_VARIANCE: &str = "critic/explained_variance";
+/// Mean value of the completion tokens, as the experience was made.
+pub const CRITIC_VALUES_MEAN: &str = "critic/values_mean";
+/// Mean GAE return of the completion tokens.
+pub const CRITIC_RETURNS_MEAN: &str = "critic/returns_mean";
+/// The critic's gradient norm before clipping, last epoch.
+pub const CRITIC_GRAD_NORM: &str = "critic/grad_norm";
+/// The KL to the reference put into the token rewards (its batch mean).
+pub const KL_REWARD_MEAN: &str = "kl_reward/mean";
+/// The KL coefficient β of the token rewards (moves with the adaptive controller).
+pub const KL_REWARD_COEF: &str = "kl_reward/coef";
+/// TRPO: the accepted fraction of the full natural-gradient step (0: none).
+pub const TRPO_STEP_FRACTION: &str = "trpo/step_fraction";
+/// TRPO: the KL to the old policy after the step.
+pub const TRPO_KL: &str = "trpo/kl";
+/// TRPO: the surrogate's improvement.
+pub const TRPO_IMPROVEMENT: &str = "trpo/improvement";
+/// TRPO: conjugate-gradient iterations.
+pub const TRPO_CG_ITERATIONS: &str = "trpo/cg_iterations";
 /// Held-out accuracy.
 pub const EVAL_ACCURACY: &str = "eval/accuracy";
 /// Held-out share of completions in the hard format.

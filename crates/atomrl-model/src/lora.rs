@@ -494,6 +494,62 @@ impl CausalLm {
         std::fs::write(&path, cfg).map_err(|e| Error::file(path.display(), e))
     }
 
+    /// Sets the attached adapters, in place, to those saved in `dir` (by
+    /// [`CausalLm::save_lora`]): resuming a LoRA run, whose optimizer holds these very
+    /// variables, so attaching new ones ([`CausalLm::load_lora`]) would not do.
+    ///
+    /// # Errors
+    /// [`Error::Value`] without adapters attached; [`Error::File`] naming a missing file or
+    /// tensor, or a tensor of another shape.
+    ///
+    /// ```
+    /// use atomrl_model::{Architecture, CausalLm, LoraConfig, ModelConfig};
+    /// use candle_core::{DType, Device};
+    /// let c = ModelConfig::new(Architecture::Qwen2, 8, 4, 4, 1, 1, 1)?;
+    /// let mut saved = CausalLm::from_config_random(c.clone(), 0, DType::F32, &Device::Cpu)?;
+    /// saved.add_lora(LoraConfig::new(2, 4.0), 1)?;
+    /// let dir = std::env::temp_dir().join("atomrl_doctest_restore_lora");
+    /// saved.save_lora(&dir)?;
+    /// let mut m = CausalLm::from_config_random(c, 0, DType::F32, &Device::Cpu)?;
+    /// m.add_lora(LoraConfig::new(2, 4.0), 2)?;
+    /// let vars = m.lora_vars();
+    /// m.restore_lora(&dir)?;
+    /// for ((_, a), (_, b)) in vars.iter().zip(saved.lora_vars()) {
+    ///     let d = (a.as_tensor() - b.as_tensor())?.abs()?.sum_all()?.to_scalar::<f32>()?;
+    ///     assert_eq!(d, 0.0);
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn restore_lora(&self, dir: impl AsRef<Path>) -> Result<()> {
+        let func = "CausalLm::restore_lora";
+        if self.lora.is_none() {
+            return Err(Error::value(func, "lora", "adapters attached", "none"));
+        }
+        let weights_path = dir.as_ref().join(ADAPTER_WEIGHTS_FILE);
+        let raw = load_safetensors_file(&weights_path, self.dtype, &self.device)?;
+        let raw: HashMap<String, Tensor> = raw
+            .into_iter()
+            .map(|(k, t)| (k.replace(".default.", "."), t))
+            .collect();
+        for (name, var) in self.lora_vars() {
+            let t = raw.get(&name).ok_or_else(|| {
+                Error::file(weights_path.display(), format!("missing tensor `{name}`"))
+            })?;
+            if t.dims() != var.dims() {
+                return Err(Error::file(
+                    weights_path.display(),
+                    format!(
+                        "tensor `{name}` has shape {:?}, expected {:?}",
+                        t.dims(),
+                        var.dims()
+                    ),
+                ));
+            }
+            var.set(t).ctx(func)?;
+        }
+        Ok(())
+    }
+
     /// Loads adapters saved in PEFT's layout (by [`CausalLm::save_lora`] or by PEFT) and
     /// attaches them, freezing the base weights.
     ///

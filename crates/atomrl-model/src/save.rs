@@ -65,13 +65,24 @@ impl CausalLm {
     /// # Ok::<(), atomrl_core::Error>(())
     /// ```
     pub fn save_hf_as(&self, dir: impl AsRef<Path>, dtype: DType) -> Result<()> {
-        let dir = dir.as_ref();
-        std::fs::create_dir_all(dir).map_err(|e| Error::file(dir.display(), e))?;
         let mut weights: BTreeMap<String, Tensor> = self.merged_weights()?;
         if self.config.tie_word_embeddings {
             weights.remove("lm_head.weight");
         }
-        save_safetensors(&weights, dir.join(WEIGHTS_FILE), dtype)?;
+        self.save_hf_folder(dir.as_ref(), &weights, dtype)
+    }
+
+    /// Writes `weights` (in `dtype`), this model's `config.json`, its source folder's tokenizer
+    /// files and a generation config to `dir`: the folder of [`CausalLm::save_hf_as`], or of a
+    /// model built on this one with other weights (the critic's).
+    pub(crate) fn save_hf_folder(
+        &self,
+        dir: &Path,
+        weights: &BTreeMap<String, Tensor>,
+        dtype: DType,
+    ) -> Result<()> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::file(dir.display(), e))?;
+        save_safetensors(weights, dir.join(WEIGHTS_FILE), dtype)?;
         write_json(&dir.join("config.json"), &self.config.to_json(dtype))?;
         let src = self.source_dir.as_deref().filter(|s| !same_dir(s, dir));
         for name in COPIED_FILES {

@@ -10,7 +10,13 @@ use candle_core::{DType, Device, Tensor, Var};
 
 use crate::input::ForwardInput;
 use crate::model::CausalLm;
-use crate::weights::{load_safetensors_dir, save_safetensors, WEIGHTS_FILE};
+use crate::weights::{load_safetensors_dir, load_safetensors_file, save_safetensors, WEIGHTS_FILE};
+
+/// The LM head's name: a critic has none of its own (the backbone's is never used).
+const LM_HEAD: &str = "lm_head.weight";
+
+/// The file of a LoRA critic's unmerged adapters, beside its merged weights.
+pub const CRITIC_ADAPTERS_FILE: &str = "critic_adapters.safetensors";
 
 /// The head's weight `[1, H]` in the saved layout.
 pub const SCORE_WEIGHT: &str = "score.weight";
@@ -88,8 +94,10 @@ impl ValueModel {
                 return Err(Error::file(
                     dir.join(WEIGHTS_FILE).display(),
                     format!(
-                        "tensor `{name}` has shape {:?}, a one-label head is {shape:?}",
-                        x.dims()
+                        "tensor `{name}` has shape {:?}, but a one-label head over the critic's \
+                         hidden_size = {} is {shape:?}",
+                        x.dims(),
+                        config.hidden_size
                     ),
                 ));
             }
@@ -116,8 +124,35 @@ impl ValueModel {
     /// # Errors
     /// As [`CausalLm::forward`].
     pub fn values(&self, input: &ForwardInput) -> Result<Tensor> {
-        let func = "ValueModel::values";
         let hidden = self.backbone.forward_hidden(input, None)?;
+        self.head(&hidden)
+    }
+
+    /// The head on final hidden states of the transformer: `[N, L, H] → [N, L]` (in f32).
+    ///
+    /// # Errors
+    /// Hidden states that are not `[N, L, H]` with this critic's `H`.
+    ///
+    /// ```
+    /// use atomrl_model::{Architecture, CausalLm, ModelConfig, ValueModel};
+    /// use candle_core::{DType, Device, Tensor};
+    /// let policy = CausalLm::from_config_random(ModelConfig::new(Architecture::Qwen2, 16, 8, 8, 1, 2, 1)?, 1, DType::F32, &Device::Cpu)?;
+    /// let critic = ValueModel::from_policy(&policy)?;
+    /// let v = critic.head(&Tensor::ones((2, 3, 8), DType::F32, &Device::Cpu)?)?;
+    /// assert_eq!(v.dims(), [2, 3]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn head(&self, hidden: &Tensor) -> Result<Tensor> {
+        let func = "ValueModel::head";
+        let h = self.weight.as_tensor().dim(1).ctx(func)?;
+        if hidden.rank() != 3 || hidden.dim(2).ctx(func)? != h {
+            return Err(Error::shape(
+                func,
+                "hidden",
+                format!("[N, L, {h}]"),
+                hidden.dims(),
+            ));
+        }
         let hidden = hidden.to_dtype(DType::F32).ctx(func)?;
         let w = self.weight.as_tensor().t().ctx(func)?;
         hidden
@@ -159,13 +194,52 @@ impl ValueModel {
             .ctx(func)
     }
 
-    /// The trainable parameters: the transformer's and the head's (`score.weight`,
-    /// `score.bias`).
+    /// Every parameter: the transformer's (without the unused LM head) and the head's
+    /// (`score.weight`, `score.bias`), by their saved names.
     pub fn named_vars(&self) -> Vec<(String, Var)> {
-        let mut vars = self.backbone.named_vars();
+        let mut vars: Vec<(String, Var)> = self
+            .backbone
+            .named_vars()
+            .into_iter()
+            .filter(|(name, _)| name != LM_HEAD)
+            .collect();
         vars.push((SCORE_WEIGHT.into(), self.weight.clone()));
         vars.push((SCORE_BIAS.into(), self.bias.clone()));
         vars
+    }
+
+    /// What the critic's optimizer trains: with LoRA the transformer's adapters and the head,
+    /// else every parameter ([`ValueModel::named_vars`]).
+    ///
+    /// ```
+    /// use atomrl_model::{Architecture, CausalLm, LoraConfig, ModelConfig, ValueModel};
+    /// use candle_core::{DType, Device};
+    /// let policy = CausalLm::from_config_random(ModelConfig::new(Architecture::Qwen2, 16, 8, 8, 1, 2, 1)?, 1, DType::F32, &Device::Cpu)?;
+    /// let mut critic = ValueModel::from_policy(&policy)?;
+    /// let full = critic.trainable_vars().len();
+    /// critic.add_lora(LoraConfig::new(2, 4.0), 0)?;
+    /// // q, k, v, o adapters (A and B each) of the one layer, and the head's weight and bias.
+    /// assert_eq!(critic.trainable_vars().len(), 4 * 2 + 2);
+    /// assert!(full > 10);
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn trainable_vars(&self) -> Vec<(String, Var)> {
+        if self.backbone.lora_config().is_none() {
+            return self.named_vars();
+        }
+        let mut vars = self.backbone.lora_vars();
+        vars.push((SCORE_WEIGHT.into(), self.weight.clone()));
+        vars.push((SCORE_BIAS.into(), self.bias.clone()));
+        vars
+    }
+
+    /// Attaches LoRA adapters (seeded by `seed`) to the transformer: only they and the head
+    /// train from then on.
+    ///
+    /// # Errors
+    /// As [`CausalLm::add_lora`] (adapters already attached, rank 0).
+    pub fn add_lora(&mut self, config: crate::LoraConfig, seed: u64) -> Result<()> {
+        self.backbone.add_lora(config, seed)
     }
 
     /// The transformer under the head.
@@ -174,23 +248,28 @@ impl ValueModel {
     }
 
     /// Saves the critic to `dir` in `transformers`' token-classification layout (see
-    /// [`ValueModel`]), in f32.
+    /// [`ValueModel`]), in f32, with LoRA adapters merged; a critic with adapters also writes
+    /// them unmerged to [`CRITIC_ADAPTERS_FILE`], which [`ValueModel::load_trainable`] reads
+    /// back.
     ///
     /// # Errors
     /// I/O failures.
     pub fn save_hf(&self, dir: impl AsRef<Path>) -> Result<()> {
         let dir = dir.as_ref();
-        self.backbone.save_hf_as(dir, DType::F32)?;
-        let mut weights: BTreeMap<String, Tensor> = self
-            .backbone
-            .named_vars()
-            .into_iter()
-            .filter(|(name, _)| name != "lm_head.weight")
-            .map(|(name, v)| (name, v.as_detached_tensor()))
-            .collect();
+        let mut weights: BTreeMap<String, Tensor> = self.backbone.merged_weights()?;
+        weights.remove(LM_HEAD);
         weights.insert(SCORE_WEIGHT.into(), self.weight.as_detached_tensor());
         weights.insert(SCORE_BIAS.into(), self.bias.as_detached_tensor());
-        save_safetensors(&weights, dir.join(WEIGHTS_FILE), DType::F32)?;
+        self.backbone.save_hf_folder(dir, &weights, DType::F32)?;
+        if self.backbone.lora_config().is_some() {
+            let adapters: BTreeMap<String, Tensor> = self
+                .backbone
+                .lora_vars()
+                .into_iter()
+                .map(|(n, v)| (n, v.as_detached_tensor()))
+                .collect();
+            save_safetensors(&adapters, dir.join(CRITIC_ADAPTERS_FILE), DType::F32)?;
+        }
         let path = dir.join("config.json");
         let text = std::fs::read_to_string(&path).map_err(|e| Error::file(path.display(), e))?;
         let mut config: serde_json::Value =
@@ -206,6 +285,65 @@ impl ValueModel {
         let text =
             serde_json::to_string_pretty(&config).map_err(|e| Error::file(path.display(), e))?;
         std::fs::write(&path, text).map_err(|e| Error::file(path.display(), e))
+    }
+
+    /// Sets the trainable parameters ([`ValueModel::trainable_vars`]), in place, to those
+    /// [`ValueModel::save_hf`] wrote to `dir`: resuming a run, whose critic optimizer holds
+    /// these very variables.
+    ///
+    /// # Errors
+    /// [`Error::File`] for unreadable files or a parameter they lack; a shape that differs.
+    ///
+    /// ```
+    /// use atomrl_model::{Architecture, CausalLm, ModelConfig, ValueModel};
+    /// use candle_core::{DType, Device, Tensor};
+    /// let policy = CausalLm::from_config_random(ModelConfig::new(Architecture::Qwen2, 16, 8, 8, 1, 2, 1)?, 1, DType::F32, &Device::Cpu)?;
+    /// let saved = ValueModel::from_policy(&policy)?;
+    /// let (_, bias) = saved.named_vars().pop().unwrap();
+    /// bias.set(&Tensor::new(&[0.5f32], &Device::Cpu)?)?;
+    /// let dir = std::env::temp_dir().join("atomrl_value_doctest_load_trainable");
+    /// saved.save_hf(&dir)?;
+    /// let critic = ValueModel::from_policy(&policy)?;
+    /// critic.load_trainable(&dir)?;
+    /// let (_, b) = critic.named_vars().pop().unwrap();
+    /// assert_eq!(b.as_tensor().to_vec1::<f32>()?, [0.5]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn load_trainable(&self, dir: impl AsRef<Path>) -> Result<()> {
+        let func = "ValueModel::load_trainable";
+        let dir = dir.as_ref();
+        let mut weights = load_safetensors_file(dir.join(WEIGHTS_FILE), DType::F32, self.device())?;
+        if self.backbone.lora_config().is_some() {
+            let path = dir.join(CRITIC_ADAPTERS_FILE);
+            weights.extend(load_safetensors_file(&path, DType::F32, self.device())?);
+        }
+        for (name, var) in self.trainable_vars() {
+            let t = weights.get(&name).ok_or_else(|| {
+                Error::file(dir.display(), format!("the critic lacks weight `{name}`"))
+            })?;
+            let t = t.to_dtype(var.dtype()).ctx(func)?;
+            var.set(&t).ctx(func)?;
+        }
+        Ok(())
+    }
+
+    /// Sets the compute dtype of the transformer's forward and backward (the head and the
+    /// values stay f32), as [`CausalLm::set_compute_dtype`].
+    ///
+    /// # Errors
+    /// As [`CausalLm::set_compute_dtype`].
+    pub fn set_compute_dtype(&mut self, dtype: DType) -> Result<()> {
+        self.backbone.set_compute_dtype(dtype)
+    }
+
+    /// Gradient checkpointing of the transformer, as [`CausalLm::set_gradient_checkpointing`].
+    pub fn set_gradient_checkpointing(&mut self, on: bool) {
+        self.backbone.set_gradient_checkpointing(on);
+    }
+
+    /// The device the critic is on.
+    pub fn device(&self) -> &Device {
+        self.backbone.device()
     }
 }
 

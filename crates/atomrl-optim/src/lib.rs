@@ -27,14 +27,18 @@ mod adamw;
 mod adamw_kernel;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod flat;
 mod grads;
 mod inplace;
+mod registry;
 mod schedule;
 mod step_settings;
 mod trpo;
 
 pub use adamw::{AdamW, AdamWConfig};
+pub use flat::{flatten_vars, set_vars_from_flat};
 pub use grads::Gradients;
+pub use registry::functions;
 pub use schedule::{budget_schedule_step, learning_rate, warmup_steps, LrSchedule, RunSchedule};
 pub use step_settings::StepSettings;
 pub use trpo::{

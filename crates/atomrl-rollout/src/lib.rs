@@ -37,10 +37,13 @@ pub mod prompt;
 pub mod rollout;
 pub mod summary;
 
-pub use critic::{attach_values_and_gae, GaeConfig};
+pub use critic::{
+    attach_values_and_gae, attach_values_and_gae_with, experience_values, outcome_token_rewards,
+    values_statistics, GaeConfig, ValueStatistics,
+};
 pub use eval::{evaluate, EvalData, EvalResult};
 pub use experience::{Experience, LossNormalizer, PairRole, TokenRow};
-pub use log_probs::experience_log_probs;
+pub use log_probs::{experience_log_probs, sharded_log_probs};
 pub use make::{make_experience, sampling_seed, ExperienceConfig, PromptBatch};
 pub use prompt::{EncodedPrompt, PromptEncoder};
 pub use rollout::RolloutContext;

@@ -51,6 +51,41 @@ pub fn experience_log_probs(
     )
 }
 
+/// The log-probs of `exp`'s completion tokens under `model` without a graph, `[R, T]`,
+/// computed on the update's micro-batches (`accumulation` per worker), each by the worker
+/// and rank that trains on it ([`sharded_chunks`]), then shared: what the old and reference
+/// passes of [`crate::make_experience`] compute, and TRPO's line search re-computes.
+///
+/// # Errors
+/// Model failures; a failed collective.
+///
+/// ```
+/// use atomrl_dist::SingleProcess;
+/// use atomrl_rollout::parallel::Parallel;
+/// use atomrl_rollout::{experience_log_probs, sharded_log_probs, Experience};
+/// use candle_core::{DType, Device};
+/// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+/// let model = atomrl_model::CausalLm::from_hf_dir(dir, DType::F32, &Device::Cpu)?;
+/// let rows: [(&[u32], &[u32], &[bool]); 2] = [(&[1, 2], &[3, 4], &[true; 2]), (&[1, 2], &[5], &[true])];
+/// let exp = Experience::from_rows(&rows, &[1.0, -1.0], &[true; 2], 0, &Device::Cpu)?;
+/// let par = Parallel { workers: 2, comm: &SingleProcess };
+/// let lp = sharded_log_probs(&model, &exp, par, 1, 1.0)?;
+/// let whole = experience_log_probs(&model, &exp, 1.0, false)?.log_probs;
+/// let d = (lp - whole)?.abs()?.max_all()?.to_scalar::<f32>()?;
+/// assert!(d < 1e-5);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn sharded_log_probs(
+    model: &CausalLm,
+    exp: &Experience,
+    par: Parallel<'_>,
+    accumulation: usize,
+    temperature: f64,
+) -> Result<Tensor> {
+    let micro = par.micro_batches(exp.num_rows(), accumulation);
+    detached_log_probs(model, exp, &micro, par, temperature)
+}
+
 /// Fills `exp.old_log_probs` (when `config.old_log_probs`) and `exp.ref_log_probs` (when a
 /// `reference` is given), without a graph.
 pub(crate) fn attach_log_probs(

@@ -26,6 +26,9 @@ pub struct ExperienceConfig {
     pub dynamic_sampling: bool,
     /// Generation rounds at most with dynamic sampling.
     pub max_rounds: usize,
+    /// Compute each row's advantage from its group's rewards (false: 0, for a critic's GAE to
+    /// replace; groups may then have one completion).
+    pub group_advantages: bool,
     /// How rewards become advantages.
     pub advantage_mode: AdvantageMode,
     /// `eps` of the advantage's standard deviation.
@@ -137,6 +140,8 @@ fn build(
     let g = config.sampling.num_generations;
     let advantages: Vec<f32> = if kept.len() == 0 {
         Vec::new()
+    } else if !config.group_advantages {
+        vec![0.0; kept.len()]
     } else {
         let rewards: Vec<f64> = kept.rewards.iter().map(|&r| f64::from(r)).collect();
         let adv = advantages_from_group_stats(

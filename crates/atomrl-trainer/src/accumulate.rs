@@ -86,6 +86,55 @@ pub fn accumulate_and_step<T: MicroStatistics>(
     comm: &dyn Collective,
     micro_loss: impl Fn(&Experience) -> Result<Option<(Tensor, T)>> + Sync,
 ) -> Result<(StepOutcome, Vec<T>)> {
+    let Accumulated {
+        mut grads,
+        mut outcome,
+        extras,
+    } = accumulate_gradients(params, exp, settings, comm, micro_loss)?;
+    if outcome.skipped.is_some() {
+        return Ok((outcome, extras));
+    }
+    outcome.grad_norm = grads.clip_global_norm(settings.max_grad_norm)?;
+    if !outcome.loss.is_finite() || !outcome.grad_norm.is_finite() {
+        outcome.skipped = Some(format!(
+            "non-finite loss ({}) or gradient norm ({})",
+            outcome.loss, outcome.grad_norm
+        ));
+        return Ok((outcome, extras));
+    }
+    if extras.is_empty() {
+        zero_gradient_step(optimizer, settings.lr)?;
+    } else {
+        optimizer.step(&|name| grads.get(name), settings.lr)?;
+    }
+    Ok((outcome, extras))
+}
+
+/// The summed gradients of an experience's micro-batches ([`accumulate_gradients`]).
+pub struct Accumulated<T> {
+    /// The gradient sums of every micro-batch, worker and rank (the same on every rank).
+    pub grads: Gradients,
+    /// The summed loss; `skipped` when a micro-batch's inputs were not finite (then `grads`
+    /// is incomplete and must not be used). `grad_norm` is left 0.
+    pub outcome: StepOutcome,
+    /// The micro-batches' statistics, in micro-batch order (empty: no micro-batch had a
+    /// scored token).
+    pub extras: Vec<T>,
+}
+
+/// The first half of [`accumulate_and_step`]: the gradients of `micro_loss` summed over the
+/// micro-batches of every worker and rank, in the same fixed order, without clipping or an
+/// optimizer step (TRPO's policy gradient and Fisher-vector products).
+///
+/// # Errors
+/// Tensor failures; a failed collective.
+pub fn accumulate_gradients<T: MicroStatistics>(
+    params: &[(String, Var)],
+    exp: &Experience,
+    settings: StepSettings,
+    comm: &dyn Collective,
+    micro_loss: impl Fn(&Experience) -> Result<Option<(Tensor, T)>> + Sync,
+) -> Result<Accumulated<T>> {
     let par = Parallel {
         workers: settings.workers,
         comm,
@@ -122,7 +171,11 @@ pub fn accumulate_and_step<T: MicroStatistics>(
     for (_, report) in exchange_reports(comm, reports)? {
         let Some((loss, extra)) = report else {
             outcome.skipped = Some("non-finite log-probs".into());
-            return Ok((outcome, extras));
+            return Ok(Accumulated {
+                grads,
+                outcome,
+                extras,
+            });
         };
         outcome.loss += loss;
         extras.push(extra);
@@ -130,20 +183,11 @@ pub fn accumulate_and_step<T: MicroStatistics>(
     if !extras.is_empty() {
         grads.all_reduce_sum(params, comm)?;
     }
-    outcome.grad_norm = grads.clip_global_norm(settings.max_grad_norm)?;
-    if !outcome.loss.is_finite() || !outcome.grad_norm.is_finite() {
-        outcome.skipped = Some(format!(
-            "non-finite loss ({}) or gradient norm ({})",
-            outcome.loss, outcome.grad_norm
-        ));
-        return Ok((outcome, extras));
-    }
-    if extras.is_empty() {
-        zero_gradient_step(optimizer, settings.lr)?;
-    } else {
-        optimizer.step(&|name| grads.get(name), settings.lr)?;
-    }
-    Ok((outcome, extras))
+    Ok(Accumulated {
+        grads,
+        outcome,
+        extras,
+    })
 }
 
 /// Every rank's micro-batch reports, in micro-batch order (one all-gather of a few numbers

@@ -46,8 +46,9 @@ fn one() -> usize {
 }
 
 /// Writes `output_dir/checkpoint-{state.step}` atomically: the model (HF folder, or PEFT adapter
-/// plus `config.json` when LoRA is on), `optimizer.safetensors`, `trainer_state.json`. Then
-/// deletes the oldest checkpoints beyond `keep` (0 keeps all). Returns the folder.
+/// plus `config.json` when LoRA is on), `optimizer.safetensors`, `trainer_state.json`, and
+/// whatever `extra` writes into the folder (a recipe's critic). Then deletes the oldest
+/// checkpoints beyond `keep` (0 keeps all). Returns the folder.
 ///
 /// # Errors
 /// [`Error::File`] naming the path that could not be written.
@@ -57,6 +58,7 @@ pub fn save_checkpoint(
     optimizer: &AdamW,
     state: &TrainerState,
     keep: usize,
+    extra: &dyn Fn(&Path) -> Result<()>,
 ) -> Result<PathBuf> {
     let final_dir = output_dir.join(format!("checkpoint-{}", state.step));
     let tmp = output_dir.join(format!(".checkpoint-{}.tmp", state.step));
@@ -70,6 +72,7 @@ pub fn save_checkpoint(
         model.save_hf(&tmp)?;
     }
     optimizer.save(&tmp.join(OPTIMIZER_FILE))?;
+    extra(&tmp)?;
     let json =
         serde_json::to_string_pretty(state).map_err(|e| Error::file(TRAINER_STATE_FILE, e))?;
     let state_path = tmp.join(TRAINER_STATE_FILE);

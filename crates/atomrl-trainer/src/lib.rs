@@ -19,6 +19,7 @@
 #![deny(missing_docs)]
 
 pub mod accumulate;
+pub mod actor_critic;
 pub mod checkpoint;
 pub mod grpo;
 mod recipe;

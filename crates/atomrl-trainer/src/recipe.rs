@@ -85,6 +85,17 @@ pub(crate) trait RecipeStep: Send {
         lr: f64,
     ) -> Result<StepReport>;
 
+    /// Writes what the recipe holds besides the policy and its optimizer (a critic, a KL
+    /// coefficient) into checkpoint folder `dir`.
+    fn save(&self, _dir: &std::path::Path) -> Result<()> {
+        Ok(())
+    }
+
+    /// Restores what [`RecipeStep::save`] wrote to checkpoint folder `dir`.
+    fn load(&mut self, _dir: &std::path::Path) -> Result<()> {
+        Ok(())
+    }
+
     /// The held-out loss, for a recipe that has one (SFT's teacher-forced loss).
     fn eval_loss(&self, _run: &RunData, _state: &TrainState) -> Result<Option<f64>> {
         Ok(None)

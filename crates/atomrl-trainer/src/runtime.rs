@@ -173,6 +173,17 @@ pub fn load_split(source: &DataSource, split: &str) -> Result<Vec<Example>> {
     })
 }
 
+/// The adapters `[lora]` asks for.
+///
+/// # Errors
+/// An unknown target module, a dropout outside `[0, 1)`.
+pub fn lora_config(l: &crate::config::LoraArgs) -> Result<LoraConfig> {
+    let targets: Vec<&str> = l.target_modules.iter().map(String::as_str).collect();
+    LoraConfig::new(l.r, l.alpha)
+        .with_targets(&targets)?
+        .with_dropout(l.dropout)
+}
+
 /// Loads the policy model of `args` (with fresh LoRA adapters when `[lora]` is set) and its
 /// tokenizer.
 ///
@@ -187,11 +198,7 @@ pub fn load_policy(args: &GRPOArgs, device: &Device) -> Result<(CausalLm, ChatTo
     let compute = args.dtype.dtype();
     let mut model = CausalLm::from_hf_dir(&dir, DType::F32, device)?;
     if let Some(l) = &args.lora {
-        let targets: Vec<&str> = l.target_modules.iter().map(String::as_str).collect();
-        let config = LoraConfig::new(l.r, l.alpha)
-            .with_targets(&targets)?
-            .with_dropout(l.dropout)?;
-        model.add_lora(config, args.seed)?;
+        model.add_lora(lora_config(l)?, args.seed)?;
     }
     model.set_compute_dtype(compute)?;
     model.set_gradient_checkpointing(args.gradient_checkpointing);

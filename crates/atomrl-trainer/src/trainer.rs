@@ -13,6 +13,7 @@ use atomrl_sample::ChatTokenizer;
 use atomrl_tools::ToolSet;
 use candle_core::Tensor;
 
+use crate::actor_critic::ActorCriticStep;
 use crate::checkpoint::{latest_checkpoint, load_trainer_state, save_checkpoint, TrainerState};
 use crate::config::{build_accuracy, GRPOArgs, Recipe, Resume};
 use crate::data::{EpochSampler, Example};
@@ -268,12 +269,14 @@ impl Trainer {
                 logger.log_samples(step, &self.last_samples)?;
             }
             if lead && (last || every(self.run.args.save_steps, step)) {
+                let recipe = &self.recipe;
                 last_checkpoint = Some(save_checkpoint(
                     &output_dir,
                     &self.state.model,
                     &self.state.optimizer,
                     &state,
                     self.run.args.save_total_limit,
+                    &|dir| recipe.save(dir),
                 )?);
             }
             if last {
@@ -593,13 +596,14 @@ impl Trainer {
         let state = load_trainer_state(checkpoint)?;
         let model = &mut self.state.model;
         if model.lora_config().is_some() {
-            model.load_lora(checkpoint)?;
+            model.restore_lora(checkpoint)?;
         } else {
             model.load_weights(checkpoint)?;
         }
         self.state
             .optimizer
             .load(&checkpoint.join(crate::checkpoint::OPTIMIZER_FILE))?;
+        self.recipe.load(checkpoint)?;
         Ok(state)
     }
 }
@@ -628,6 +632,9 @@ fn recipe_step(
     Ok(match args.recipe {
         Recipe::Sft => Box::new(SftStep::new(args)),
         Recipe::Grpo | Recipe::Dapo => Box::new(GrpoStep::new(args, model, rewards, accuracy)?),
+        Recipe::Ppo | Recipe::A2c | Recipe::Trpo => {
+            Box::new(ActorCriticStep::new(args, model, rewards, accuracy)?)
+        }
     })
 }
 

@@ -23,3 +23,22 @@ pub fn infer_bin() -> Command {
     c.env("RAYON_NUM_THREADS", "1");
     c
 }
+
+/// The rows of a `metrics.jsonl` without the wall-clock metrics, which differ between runs:
+/// `(name, value)` pairs with the values printed to 10 significant digits.
+pub fn comparable(path: &std::path::Path) -> Vec<Vec<(String, String)>> {
+    atomrl_trainer::logging::read_metrics(path)
+        .unwrap()
+        .into_iter()
+        .map(|r| {
+            let mut v: Vec<(String, String)> = vec![("step".into(), r.step.to_string())];
+            v.extend(
+                r.values
+                    .into_iter()
+                    .filter(|(k, _)| !k.starts_with("time/") && !k.starts_with("throughput/"))
+                    .map(|(k, x)| (k, format!("{x:.9e}"))),
+            );
+            v
+        })
+        .collect()
+}

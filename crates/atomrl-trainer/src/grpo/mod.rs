@@ -4,5 +4,5 @@
 mod step;
 mod update;
 
-pub(crate) use step::GrpoStep;
+pub(crate) use step::{step_report, GrpoStep};
 pub use update::{policy_update, UpdateStats};

@@ -115,32 +115,55 @@ impl RecipeStep for GrpoStep {
             Some(policy_update(state, exp, &self.update, lr)?)
         };
         let train_s = started.elapsed().as_secs_f64();
-        let mut report = StepReport {
-            row: MetricRow::new(step),
-            ..Default::default()
-        };
-        let skipped = stats.as_ref().map_or(1, |s| s.skipped.min(1));
         let reason = match &stats {
             Some(s) => s.skip_reason.clone(),
             None => Some("no group with reward spread".to_string()),
         };
-        if let Some(summary) = &made.rollouts {
-            if summary.truncated_prompts > 0 {
-                let (n, max) = (summary.truncated_prompts, run.args.max_prompt_length);
-                report.warnings.push(format!("step {step}: {n} prompt(s) longer than max_prompt_length = {max} were left-truncated"));
-            }
-            record_rollouts(&mut report.row, summary);
-            record_update(&mut report.row, stats.as_ref(), lr, skipped);
-            record_timings(&mut report.row, summary, made.seconds, train_s);
-            report.samples = summary.samples.clone();
-        }
-        if let Some(reason) = reason {
-            report
-                .warnings
-                .push(format!("step {step}: update skipped: {reason}"));
-        }
-        Ok(report)
+        Ok(step_report(
+            run,
+            made,
+            stats.as_ref(),
+            reason,
+            step,
+            lr,
+            train_s,
+        ))
     }
+}
+
+/// The report of a step that generated: the rollouts' metrics, the policy update's (`stats`;
+/// NaN when none ran), the timings, the samples, and a warning for truncated prompts and for
+/// an update skipped for `skip_reason` (which also sets `skipped_step`).
+pub(crate) fn step_report(
+    run: &RunData,
+    made: &StepExperience,
+    stats: Option<&UpdateStats>,
+    skip_reason: Option<String>,
+    step: u64,
+    lr: f64,
+    train_s: f64,
+) -> StepReport {
+    let mut report = StepReport {
+        row: MetricRow::new(step),
+        ..Default::default()
+    };
+    let skipped = usize::from(skip_reason.is_some());
+    if let Some(summary) = &made.rollouts {
+        if summary.truncated_prompts > 0 {
+            let (n, max) = (summary.truncated_prompts, run.args.max_prompt_length);
+            report.warnings.push(format!("step {step}: {n} prompt(s) longer than max_prompt_length = {max} were left-truncated"));
+        }
+        record_rollouts(&mut report.row, summary);
+        record_update(&mut report.row, stats, lr, skipped);
+        record_timings(&mut report.row, summary, made.seconds, train_s);
+        report.samples = summary.samples.clone();
+    }
+    if let Some(reason) = skip_reason {
+        report
+            .warnings
+            .push(format!("step {step}: update skipped: {reason}"));
+    }
+    report
 }
 
 /// The rollouts' metrics: rewards (in all and per function), accuracy, lengths, truncation,

@@ -3,12 +3,14 @@
 
 use atomrl_core::shape::masked_sum;
 use atomrl_core::{CandleContext, Result};
-use atomrl_loss::{aggregate_loss, compute_kl_penalty, compute_policy_loss, PolicyLossOptions};
+use atomrl_loss::{
+    aggregate_loss, compute_kl_penalty, compute_pg_loss, compute_policy_loss, PolicyLossOptions,
+};
 use atomrl_rollout::{experience_log_probs, Experience};
 use candle_core::Tensor;
 
 use crate::accumulate::{accumulate_and_step, zero_gradient_step, MicroStatistics, StepSettings};
-use crate::config::{LossConfig, UpdateConfig};
+use crate::config::{LossConfig, PolicyObjective, UpdateConfig};
 use crate::state::TrainState;
 
 /// What an update measured.
@@ -194,17 +196,7 @@ impl MicroLoss<'_> {
         if !lp_sum.is_finite() {
             return Ok(None);
         }
-        let old = mb.old_log_probs.clone().unwrap_or_else(|| lp.detach());
-        let pl = compute_policy_loss(&lp, &old, &mb.advantages, mask, self.opts)?;
-        let mut loss = pl.loss.clone();
-        let mut m = MicroStats {
-            clip: pl.clip_frac * tokens,
-            low: pl.clip_frac_low * tokens,
-            high: pl.clip_frac_high * tokens,
-            ppo_kl: pl.ppo_kl * tokens,
-            weight: tokens,
-            ..Default::default()
-        };
+        let (mut loss, mut m) = self.policy_term(&lp, mb, tokens)?;
         if let Some(r) = &mb.ref_log_probs {
             let k = compute_kl_penalty(&lp, r, mask, c.kl_estimator)?;
             let term = aggregate_loss(&k.kl, mask, agg)?;
@@ -219,5 +211,35 @@ impl MicroLoss<'_> {
             m.entropy = masked_sum(func, entropy, mask)?;
         }
         Ok(Some((loss, m)))
+    }
+
+    /// The policy term of micro-batch `mb` (log-probs `lp`, `tokens` scored) and its
+    /// token-weighted clip statistics (none for the vanilla gradient, which does not clip).
+    fn policy_term(
+        &self,
+        lp: &Tensor,
+        mb: &Experience,
+        tokens: f64,
+    ) -> Result<(Tensor, MicroStats)> {
+        let mask = &mb.loss_mask;
+        if self.config.objective == PolicyObjective::VanillaGradient {
+            let loss = compute_pg_loss(lp, &mb.advantages, mask, &self.opts.agg)?;
+            let m = MicroStats {
+                weight: tokens,
+                ..Default::default()
+            };
+            return Ok((loss, m));
+        }
+        let old = mb.old_log_probs.clone().unwrap_or_else(|| lp.detach());
+        let pl = compute_policy_loss(lp, &old, &mb.advantages, mask, self.opts)?;
+        let m = MicroStats {
+            clip: pl.clip_frac * tokens,
+            low: pl.clip_frac_low * tokens,
+            high: pl.clip_frac_high * tokens,
+            ppo_kl: pl.ppo_kl * tokens,
+            weight: tokens,
+            ..Default::default()
+        };
+        Ok((pl.loss, m))
     }
 }

@@ -1,0 +1,231 @@
+//! `atomrl-train --recipe ppo | a2c | trpo` end to end on the tiny random Qwen2 fixture: a PPO
+//! run killed with SIGKILL resumes and ends with the same rows, actor and critic as an
+//! uninterrupted one; A2C and TRPO train and report their metrics; the critic's settings are
+//! checked with the key named.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{comparable, model_dir, temp_dir, train_bin, write_dataset};
+use std::path::{Path, PathBuf};
+
+use atomrl_trainer::logging::read_metrics;
+
+fn write_config(dir: &Path, recipe: &str, max_steps: usize, critic: &str) -> PathBuf {
+    let data = write_dataset(dir);
+    let path = dir.join("run.toml");
+    let toml = format!(
+        "recipe = {recipe:?}\nmodel = {:?}\ndataset = {:?}\noutput_dir = {:?}\nmax_steps = {max_steps}\n\
+         batch_size = 4\nnum_generations = 2\nnum_iterations = 2\nmax_completion_length = 12\neval_size = 4\n\
+         lr = 1e-3\nbeta = 0.05\nsave_steps = 2\nprogress = false\nworkers = 2\n\
+         [[rewards]]\nname = \"digit\"\n[[rewards]]\nname = \"overlong\"\noptions = {{ buffer_len = 12 }}\n\
+         [critic]\n{critic}\n",
+        model_dir(),
+        data.display().to_string(),
+        dir.join("run").display().to_string()
+    );
+    std::fs::write(&path, toml).unwrap();
+    path
+}
+
+fn bytes(path: PathBuf) -> Vec<u8> {
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Every file under `dir`, by its path relative to `dir`, with its bytes.
+fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            let nested = files(&path);
+            let prefix = path.strip_prefix(dir).unwrap().to_path_buf();
+            out.extend(nested.into_iter().map(|(p, b)| (prefix.join(p), b)));
+        } else {
+            out.push((
+                path.strip_prefix(dir).unwrap().to_path_buf(),
+                bytes(path.clone()),
+            ));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A PPO run (with LoRA on the actor and the critic when `lora`) killed after step 3 and
+/// resumed from its step-2 checkpoint ends with the rows and checkpoint files of an
+/// uninterrupted run.
+fn a_killed_ppo_run_resumes_exactly(lora: bool) {
+    let mut critic = "lr = 1e-3\nkl_target = 0.01\nkl_horizon = 100.0".to_string();
+    if lora {
+        critic.push_str("\n[lora]\nr = 4\nalpha = 8.0");
+    }
+    let name = if lora { "ppo-lora" } else { "ppo" };
+    let straight = temp_dir(&format!("{name}-straight"));
+    let cfg = write_config(&straight, "ppo", 6, &critic);
+    let out = train_bin()
+        .args(["--config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let killed = temp_dir(&format!("{name}-killed"));
+    let cfg = write_config(&killed, "ppo", 6, &critic);
+    let status = train_bin()
+        .args(["--config", cfg.to_str().unwrap()])
+        .env("ATOMRL_TEST_KILL_AFTER_STEP", "3")
+        .status()
+        .unwrap();
+    assert!(!status.success());
+    assert!(killed
+        .join("run/checkpoint-2/critic/model.safetensors")
+        .is_file());
+    let out = train_bin()
+        .args(["--config", cfg.to_str().unwrap(), "--resume"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let a = comparable(&straight.join("run/metrics.jsonl"));
+    assert_eq!(a, comparable(&killed.join("run/metrics.jsonl")));
+    let rows = read_metrics(straight.join("run/metrics.jsonl")).unwrap();
+    let learning = rows
+        .iter()
+        .filter(|r| r.get("critic/grad_norm").is_some_and(|g| g > 0.0))
+        .filter(|r| r.get("grad_norm").is_some_and(|g| g > 0.0))
+        .count();
+    assert!(
+        learning >= 4,
+        "only {learning} steps trained actor and critic"
+    );
+    // The adaptive KL coefficient moved, and was restored on resume (the rows are equal).
+    let coefs: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| r.get("kl_reward/coef"))
+        .collect();
+    assert!(coefs.len() == 6 && coefs[5] != 0.05, "{coefs:?}");
+    let (x, y) = (
+        files(&straight.join("run/checkpoint-6")),
+        files(&killed.join("run/checkpoint-6")),
+    );
+    let names: Vec<String> = x.iter().map(|(p, _)| p.display().to_string()).collect();
+    for wanted in [
+        "critic/model.safetensors",
+        "critic/optimizer.safetensors",
+        "optimizer.safetensors",
+    ] {
+        assert!(names.iter().any(|n| n == wanted), "{wanted} in {names:?}");
+    }
+    if lora {
+        assert!(
+            names
+                .iter()
+                .any(|n| n == "critic/critic_adapters.safetensors"),
+            "{names:?}"
+        );
+        assert!(
+            names.iter().any(|n| n == "adapter_model.safetensors"),
+            "{names:?}"
+        );
+    }
+    assert_eq!(x.len(), y.len());
+    for ((p, a), (_, b)) in x.iter().zip(&y) {
+        assert!(a == b, "{} differs after resuming", p.display());
+    }
+    let cfg =
+        std::fs::read_to_string(straight.join("run/checkpoint-6/critic/config.json")).unwrap();
+    assert!(cfg.contains("ForTokenClassification") && cfg.contains("\"num_labels\": 1"));
+}
+
+#[test]
+fn a_killed_ppo_run_resumes_with_the_same_rows_actor_and_critic() {
+    a_killed_ppo_run_resumes_exactly(false);
+}
+
+#[test]
+fn a_killed_ppo_run_with_lora_resumes_with_the_same_adapters() {
+    a_killed_ppo_run_resumes_exactly(true);
+}
+
+#[test]
+fn a2c_and_trpo_train_with_their_metrics() {
+    for (recipe, key) in [("a2c", "critic/value_loss"), ("trpo", "trpo/step_fraction")] {
+        let dir = temp_dir(&format!("{recipe}-run"));
+        let cfg = write_config(&dir, recipe, 3, "lr = 1e-3\nwarmup_steps = 1");
+        let out = train_bin()
+            .args([
+                "--config",
+                cfg.to_str().unwrap(),
+                "--set",
+                "trpo = { max_kl = 0.05, cg_iters = 4 }",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{recipe}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows = read_metrics(dir.join("run/metrics.jsonl")).unwrap();
+        let trained: Vec<_> = rows.iter().filter(|r| r.step > 0).collect();
+        assert_eq!(trained.len(), 3, "{recipe}");
+        // Step 1 trains the critic only (warm-up): no policy loss.
+        assert!(trained[0].get("loss").is_none_or(f64::is_nan), "{recipe}");
+        assert!(
+            trained[0].get("critic/value_loss").is_some_and(|v| v > 0.0),
+            "{recipe}"
+        );
+        assert!(
+            trained[2].get(key).is_some_and(f64::is_finite),
+            "{recipe}: {key}"
+        );
+        if recipe == "trpo" {
+            // The accepted step keeps the KL inside the trust region.
+            let kl = trained[2].get("trpo/kl").unwrap();
+            assert!((0.0..=0.05).contains(&kl), "trpo/kl = {kl}");
+        }
+    }
+}
+
+#[test]
+fn critic_settings_are_checked_with_the_key_named() {
+    let dir = temp_dir("ppo-config-errors");
+    let bad_critic = dir.join("bad-critic");
+    std::fs::create_dir_all(&bad_critic).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(Path::new(&model_dir()).join(f), bad_critic.join(f)).unwrap();
+    }
+    for (critic, needle) in [
+        ("", "`critic.lr`"),
+        ("lr = 1e-4\ngamma = 1.5", "`critic.gamma`"),
+        ("lr = 1e-4\nlam = -0.1", "`critic.lam`"),
+        (
+            "lr = 1e-4\nclip_range_value = 0.0",
+            "`critic.clip_range_value`",
+        ),
+        ("lr = 1e-4\nbogus = 1", "bogus"),
+        // A causal LM is no critic: it has no one-label head over its hidden size.
+        (
+            &format!("lr = 1e-4\nmodel = {:?}", bad_critic.display().to_string()),
+            "score.weight",
+        ),
+    ] {
+        let cfg = write_config(&dir, "ppo", 2, critic);
+        let out = train_bin()
+            .args(["--config", cfg.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{critic}: {err}");
+        assert!(err.contains(needle), "{critic}: {err}");
+    }
+}

@@ -1,0 +1,200 @@
+//! The critic of the actor-critic recipes: a [`ValueModel`] with its own AdamW, trained on the
+//! experience's returns by the clipped value loss, saved and restored with the checkpoints.
+
+use std::path::Path;
+
+use atomrl_core::shape::masked_sum;
+use atomrl_core::{CandleContext, Error, Result};
+use atomrl_dist::Collective;
+use atomrl_loss::{compute_value_loss, AggOptions};
+use atomrl_model::{CausalLm, ValueModel};
+use atomrl_rollout::{experience_values, Experience};
+use candle_core::{Tensor, Var};
+
+use crate::accumulate::{accumulate_and_step, MicroStatistics, StepSettings};
+use crate::config::{CriticArgs, GRPOArgs};
+use crate::optim::AdamW;
+
+/// The critic's folder inside a checkpoint (transformers' token-classification layout).
+pub const CRITIC_DIR: &str = "critic";
+
+/// What a critic update measured.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CriticStats {
+    /// The value loss (times `vf_coef`), last epoch.
+    pub value_loss: f64,
+    /// Token share with the value clip active, last epoch.
+    pub clip_frac: f64,
+    /// Gradient norm before clipping, last epoch.
+    pub grad_norm: f64,
+    /// Why an epoch was skipped, if one was.
+    pub skipped: Option<String>,
+}
+
+/// A micro-batch's token-weighted clip fraction.
+#[derive(Debug, Clone, Copy, Default)]
+struct ClipCount {
+    clipped: f64,
+    tokens: f64,
+}
+
+impl MicroStatistics for ClipCount {
+    fn to_f64s(&self) -> Vec<f64> {
+        vec![self.clipped, self.tokens]
+    }
+    fn from_f64s(v: &[f64]) -> Self {
+        let at = |i: usize| v.get(i).copied().unwrap_or(0.0);
+        Self {
+            clipped: at(0),
+            tokens: at(1),
+        }
+    }
+}
+
+/// The critic, its trainable parameters and its optimizer.
+pub(crate) struct Critic {
+    pub model: ValueModel,
+    params: Vec<(String, Var)>,
+    optimizer: AdamW,
+    settings: CriticArgs,
+    lr: f64,
+}
+
+impl Critic {
+    /// The critic of `args` for `policy`: a copy of the policy's transformer with a zero head,
+    /// or `critic.model`'s weights; with `[lora]`, adapters of its own; the policy's compute
+    /// dtype and gradient checkpointing.
+    pub fn new(args: &GRPOArgs, policy: &CausalLm) -> Result<Self> {
+        let settings = args.critic();
+        let lr = settings
+            .lr
+            .ok_or_else(|| Error::missing("config", "critic.lr", "the critic's learning rate"))?;
+        let mut model = match &settings.model {
+            Some(dir) => load_critic(dir, policy)?,
+            None => ValueModel::from_policy(policy)?,
+        };
+        if let Some(l) = &args.lora {
+            // Its own seed: the critic's adapters do not start as the actor's.
+            model.add_lora(crate::runtime::lora_config(l)?, args.seed.wrapping_add(1))?;
+        }
+        model.set_compute_dtype(policy.compute_dtype())?;
+        model.set_gradient_checkpointing(policy.gradient_checkpointing());
+        let params = model.trainable_vars();
+        let optimizer = AdamW::new(params.clone(), args.adamw())?;
+        Ok(Self {
+            model,
+            params,
+            optimizer,
+            settings,
+            lr,
+        })
+    }
+
+    /// `iterations` optimizer steps of the critic on `exp` (which has `values` and
+    /// `returns`): the clipped value loss `vf_coef · 0.5 · agg(max((V − R)², (clip(V) −
+    /// R)²))` with the step's normaliser, accumulated over the micro-batches of every worker
+    /// and rank like the policy's.
+    pub fn update(
+        &mut self,
+        exp: &Experience,
+        steps: StepSettings,
+        agg: AggOptions,
+        iterations: usize,
+        comm: &dyn Collective,
+    ) -> Result<CriticStats> {
+        let func = "critic update";
+        let mut agg = agg;
+        agg.global_tokens = Some(exp.normalizer.tokens);
+        agg.global_seqs = Some(exp.normalizer.rows as f64);
+        let settings = StepSettings {
+            lr: self.lr,
+            ..steps
+        };
+        let (model, c) = (&self.model, &self.settings);
+        let micro_loss = |mb: &Experience| -> Result<Option<(Tensor, ClipCount)>> {
+            let (Some(old), Some(returns)) = (&mb.values, &mb.returns) else {
+                return Err(Error::missing(
+                    func,
+                    "values",
+                    "the experience's values and returns (attach_values_and_gae)",
+                ));
+            };
+            let values = experience_values(model, mb)?;
+            if !masked_sum(func, &values, &mb.loss_mask)?.is_finite() {
+                return Ok(None);
+            }
+            let out = compute_value_loss(
+                &values,
+                old,
+                returns,
+                &mb.loss_mask,
+                c.clip_range_value,
+                &agg,
+            )?;
+            let tokens = mb.loss_tokens(func)?;
+            let loss = (out.loss * c.vf_coef).ctx(func)?;
+            let count = ClipCount {
+                clipped: out.clip_frac * tokens,
+                tokens,
+            };
+            Ok(Some((loss, count)))
+        };
+        let mut stats = CriticStats::default();
+        for _ in 0..iterations {
+            let (outcome, counts) = accumulate_and_step(
+                &self.params,
+                &mut self.optimizer,
+                exp,
+                settings,
+                comm,
+                micro_loss,
+            )?;
+            let (clipped, tokens) = counts
+                .iter()
+                .fold((0.0, 0.0), |(a, b), c| (a + c.clipped, b + c.tokens));
+            stats.value_loss = outcome.loss;
+            stats.grad_norm = outcome.grad_norm;
+            stats.clip_frac = if tokens > 0.0 { clipped / tokens } else { 0.0 };
+            if outcome.skipped.is_some() {
+                stats.skipped = outcome.skipped;
+            }
+        }
+        Ok(stats)
+    }
+
+    /// Writes the critic (`dir/critic/`, transformers' layout) and its optimizer.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        let out = dir.join(CRITIC_DIR);
+        self.model.save_hf(&out)?;
+        self.optimizer
+            .save(&out.join(crate::checkpoint::OPTIMIZER_FILE))
+    }
+
+    /// Restores what [`Critic::save`] wrote to `dir`.
+    pub fn load(&mut self, dir: &Path) -> Result<()> {
+        let from = dir.join(CRITIC_DIR);
+        self.model.load_trainable(&from)?;
+        self.optimizer
+            .load(&from.join(crate::checkpoint::OPTIMIZER_FILE))
+    }
+}
+
+/// The critic in folder (or hub id) `dir`, checked against the policy: the same vocabulary
+/// (the critic reads the policy's tokens).
+fn load_critic(dir: &str, policy: &CausalLm) -> Result<ValueModel> {
+    let path = crate::runtime::resolve_model_dir(dir)?;
+    let critic = ValueModel::from_hf_dir(&path, policy.device())?;
+    let (theirs, ours) = (
+        critic.backbone().config().vocab_size,
+        policy.config().vocab_size,
+    );
+    if theirs != ours {
+        return Err(Error::value(
+            "config",
+            "critic.model",
+            format!("a critic over the policy's {ours}-token vocabulary"),
+            format!("{} with vocab_size {theirs}", path.display()),
+        ));
+    }
+    Ok(critic)
+}
