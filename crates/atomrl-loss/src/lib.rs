@@ -42,17 +42,22 @@
 
 mod agg;
 mod check;
+mod dpo;
 mod entropy;
 mod kl;
 mod kl_reward;
+mod pairwise;
 mod pg;
 mod policy;
 mod registry;
+mod registry_pairwise;
+mod reward_model;
 mod sft;
 mod value;
 
 pub use agg::{aggregate_loss, AggOptions, LossAgg};
 pub use atomrl_core::{Error, Result};
+pub use dpo::{compute_dpo_loss, DpoLossOutput, DpoLossType, DpoOptions};
 pub use entropy::{entropy_from_logits, entropy_from_logits_chunked, DEFAULT_CHUNK_ELEMS};
 pub use kl::{compute_kl_penalty, KlEstimator, KlOutput, K3_CLAMP};
 pub use kl_reward::{apply_kl_penalty, AdaptiveKlController, KlRewardOutput};
@@ -62,5 +67,6 @@ pub use policy::{
     DEFAULT_CLIP_LOW, LOG_RATIO_CLAMP,
 };
 pub use registry::functions;
+pub use reward_model::{compute_reward_model_loss, RewardModelLossOutput};
 pub use sft::{compute_sft_loss, compute_sft_loss_from_logits, SftLossOutput, IGNORE_INDEX};
 pub use value::{compute_value_loss, ValueLossOutput};

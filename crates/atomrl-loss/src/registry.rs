@@ -44,6 +44,9 @@ pub fn functions() -> Vec<AtomicFn> {
             run: run_compute_pg_loss,
         },
     ]
+    .into_iter()
+    .chain(crate::registry_pairwise::functions())
+    .collect()
 }
 
 const COMPUTE_PG_LOSS: FnSpec = FnSpec {
