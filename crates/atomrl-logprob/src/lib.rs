@@ -30,6 +30,7 @@ mod action;
 mod fused;
 mod registry;
 mod selective;
+mod sequence;
 mod shared_prompt;
 
 pub use action::{get_action_log_probs, get_action_log_probs_chunked, FUSED_HEAD_MIN_VOCAB};
@@ -39,4 +40,5 @@ pub use selective::{
     chunk_elements_for, selective_log_softmax, selective_log_softmax_chunked, TokenLogProbs,
     DEFAULT_CHUNK_ELEMENTS, MAX_DEVICE_CHUNK_ELEMENTS,
 };
+pub use sequence::{get_sequence_log_probs, SequenceBatch, SequenceLogProbs};
 pub use shared_prompt::{get_shared_prompt_hidden, get_shared_prompt_log_probs, SharedPromptBatch};

@@ -7,7 +7,8 @@ use atomrl_model::CausalLm;
 use candle_core::{DType, Device, Tensor};
 
 use crate::{
-    get_action_log_probs, get_shared_prompt_log_probs, selective_log_softmax, SharedPromptBatch,
+    get_action_log_probs, get_sequence_log_probs, get_shared_prompt_log_probs,
+    selective_log_softmax, SequenceBatch, SharedPromptBatch,
 };
 
 /// The functions this crate registers with `atomrl-fn`.
@@ -20,6 +21,10 @@ pub fn functions() -> Vec<AtomicFn> {
         AtomicFn {
             spec: GET_SHARED_PROMPT_LOG_PROBS,
             run: run_get_shared_prompt_log_probs,
+        },
+        AtomicFn {
+            spec: GET_SEQUENCE_LOG_PROBS,
+            run: run_get_sequence_log_probs,
         },
         AtomicFn {
             spec: SELECTIVE_LOG_SOFTMAX,
@@ -106,6 +111,62 @@ fn run_get_action_log_probs(inputs: &Inputs) -> Result<Outputs> {
     Ok(Outputs::new()
         .tensor("log_probs", &out.log_probs)
         .tensor("entropy", &entropy))
+}
+
+const GET_SEQUENCE_LOG_PROBS: FnSpec = FnSpec {
+    name: "get_sequence_log_probs",
+    crate_name: "atomrl-logprob",
+    summary: "Summed completion log-probs of preference pairs (chosen and rejected in one forward), for DPO",
+    formula: "\
+the two sides are right-padded to one length L and run as one batch of 2N rows:
+lp[n, j]        = log_softmax(model(ids, mask).logits[n, j - 1] / temperature)[ids[n, j]]
+chosen[n]       = sum_j lp[n, j] * chosen_completion_mask[n, j]       (rejected likewise)
+chosen_lengths  = sum_j chosen_completion_mask[n, j]
+The outputs are compute_dpo_loss's inputs of the same names (the reference model's too).",
+    inputs: &[
+        ArgSpec::path("model_dir", "Hugging Face model folder (config.json, model.safetensors)"),
+        ArgSpec::tensor("chosen_input_ids", "[N, L]", "u32", "prompt + chosen completion, right-padded"),
+        ArgSpec::tensor("chosen_attention_mask", "[N, L]", "f32", "1 on real tokens"),
+        ArgSpec::tensor("chosen_completion_mask", "[N, L]", "f32", "1 on the chosen completion's tokens"),
+        ArgSpec::tensor("rejected_input_ids", "[N, L']", "u32", "prompt + rejected completion, right-padded"),
+        ArgSpec::tensor("rejected_attention_mask", "[N, L']", "f32", "1 on real tokens"),
+        ArgSpec::tensor("rejected_completion_mask", "[N, L']", "f32", "1 on the rejected completion's tokens"),
+        ArgSpec::option("temperature", "f64", "1.0", "divides the logits (> 0)"),
+    ],
+    outputs: &[
+        OutputSpec::new("chosen_log_probs", "[N]", "f32", "each chosen completion's summed log-prob"),
+        OutputSpec::new("rejected_log_probs", "[N]", "f32", "each rejected completion's summed log-prob"),
+        OutputSpec::new("chosen_lengths", "[N]", "f32", "chosen completion token counts"),
+        OutputSpec::new("rejected_lengths", "[N]", "f32", "rejected completion token counts"),
+    ],
+    example_input: r#"{"model_dir": "tests/fixtures/reference/models/tiny-qwen2", "chosen_input_ids": [[5, 6, 7, 8]], "chosen_attention_mask": [[1, 1, 1, 1]], "chosen_completion_mask": [[0, 0, 1, 1]], "rejected_input_ids": [[5, 6, 9]], "rejected_attention_mask": [[1, 1, 1]], "rejected_completion_mask": [[0, 0, 1]]}"#,
+    example_output: r#"{"chosen_log_probs": {"shape": [1], "data": [-16.414627]}, "rejected_log_probs": {"shape": [1], "data": [-8.115815]}, "chosen_lengths": {"shape": [1], "data": [2.0]}, "rejected_lengths": {"shape": [1], "data": [1.0]}}"#,
+};
+
+fn run_get_sequence_log_probs(inputs: &Inputs) -> Result<Outputs> {
+    let side = |prefix: &str| -> Result<SequenceBatch> {
+        Ok(SequenceBatch {
+            input_ids: inputs.id_tensor(&format!("{prefix}_input_ids"))?,
+            attention_mask: inputs.float_tensor(&format!("{prefix}_attention_mask"))?,
+            completion_mask: inputs.float_tensor(&format!("{prefix}_completion_mask"))?,
+        })
+    };
+    let (chosen, rejected) = (side("chosen")?, side("rejected")?);
+    for (name, b) in [
+        ("chosen_attention_mask", &chosen),
+        ("rejected_attention_mask", &rejected),
+    ] {
+        check_right_padded(inputs.func(), name, &b.attention_mask)?;
+    }
+    let dir = atomrl_model::model_dir_arg(inputs)?;
+    let model = CausalLm::from_hf_dir(&dir, DType::F32, &Device::Cpu)?;
+    let temperature = inputs.opt_f64("temperature")?.unwrap_or(1.0);
+    let out = get_sequence_log_probs(&model, &chosen, &rejected, temperature)?;
+    Ok(Outputs::new()
+        .tensor("chosen_log_probs", &out.chosen)
+        .tensor("rejected_log_probs", &out.rejected)
+        .tensor("chosen_lengths", &out.chosen_lengths)
+        .tensor("rejected_lengths", &out.rejected_lengths))
 }
 
 /// Checks that `mask [N, L]` holds 0/1 with no 1 after a 0 in a row, naming `arg` and the
