@@ -45,6 +45,18 @@ impl MicroStatistics for () {
 /// The function errors name.
 const FUNC: &str = "accumulate_and_step";
 
+/// `agg` dividing by the step's normaliser `n` rather than each micro-batch's own tokens /
+/// rows, so that the micro-batch losses add up to the full-batch loss (TRL issue #3021): what
+/// every loss accumulated by [`accumulate_and_step`] aggregates with.
+pub(crate) fn with_step_normalizer(
+    mut agg: atomrl_loss::AggOptions,
+    n: &atomrl_rollout::LossNormalizer,
+) -> atomrl_loss::AggOptions {
+    agg.global_tokens = Some(n.tokens);
+    agg.global_seqs = Some(n.rows as f64);
+    agg
+}
+
 /// What one micro-batch gave.
 enum Micro<T> {
     /// No scored token: it adds nothing.

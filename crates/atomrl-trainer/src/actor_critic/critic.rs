@@ -11,7 +11,7 @@ use atomrl_model::{CausalLm, ValueModel};
 use atomrl_rollout::{experience_values, Experience};
 use candle_core::{Tensor, Var};
 
-use crate::accumulate::{accumulate_and_step, MicroStatistics, StepSettings};
+use crate::accumulate::{accumulate_and_step, with_step_normalizer, MicroStatistics, StepSettings};
 use crate::config::{CriticArgs, GRPOArgs};
 use crate::optim::AdamW;
 
@@ -103,9 +103,7 @@ impl Critic {
         comm: &dyn Collective,
     ) -> Result<CriticStats> {
         let func = "critic update";
-        let mut agg = agg;
-        agg.global_tokens = Some(exp.normalizer.tokens);
-        agg.global_seqs = Some(exp.normalizer.rows as f64);
+        let agg = with_step_normalizer(agg, &exp.normalizer);
         let settings = StepSettings {
             lr: self.lr,
             ..steps

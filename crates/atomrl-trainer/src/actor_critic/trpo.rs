@@ -13,10 +13,10 @@ use atomrl_optim::{
     set_vars_from_flat, trust_region_step,
 };
 use atomrl_rollout::parallel::Parallel;
-use atomrl_rollout::{experience_log_probs, sharded_log_probs, Experience};
+use atomrl_rollout::{experience_log_probs, sharded_log_probs, Experience, LossNormalizer};
 use candle_core::{Tensor, Var};
 
-use crate::accumulate::{accumulate_gradients, Accumulated};
+use crate::accumulate::{accumulate_gradients, with_step_normalizer, Accumulated};
 use crate::config::{TrpoArgs, UpdateConfig};
 use crate::state::TrainState;
 
@@ -69,13 +69,14 @@ pub(crate) fn trpo_update(
     config: &UpdateConfig,
     trpo: &TrpoArgs,
 ) -> Result<TrpoStats> {
-    let mut agg = config.loss.policy.agg;
-    agg.global_tokens = Some(exp.normalizer.tokens);
-    agg.global_seqs = Some(exp.normalizer.rows as f64);
+    let agg = with_step_normalizer(config.loss.policy.agg, &exp.normalizer);
     let fisher = fisher_rows(exp, trpo.fisher_fraction)?;
-    let mut fisher_agg = agg;
-    fisher_agg.global_tokens = Some(fisher.loss_tokens(FUNC)?);
-    fisher_agg.global_seqs = Some(fisher.num_rows() as f64);
+    // The subsample's own tokens and rows: its KL is a mean over them.
+    let fisher_rows_normalizer = LossNormalizer {
+        tokens: fisher.loss_tokens(FUNC)?,
+        rows: fisher.num_rows(),
+    };
+    let fisher_agg = with_step_normalizer(agg, &fisher_rows_normalizer);
     let p = Problem {
         state,
         exp,

@@ -9,7 +9,9 @@ use atomrl_loss::{
 use atomrl_rollout::{experience_log_probs, Experience};
 use candle_core::Tensor;
 
-use crate::accumulate::{accumulate_and_step, zero_gradient_step, MicroStatistics, StepSettings};
+use crate::accumulate::{
+    accumulate_and_step, with_step_normalizer, zero_gradient_step, MicroStatistics, StepSettings,
+};
 use crate::config::{LossConfig, PolicyObjective, UpdateConfig};
 use crate::state::TrainState;
 
@@ -163,14 +165,12 @@ pub fn policy_update(
     Ok(stats)
 }
 
-/// The policy-loss options with the step's normaliser: every micro-batch divides by the
-/// whole step's tokens / rows, so the micro-batch losses add up to the full-batch loss (TRL
-/// issue #3021).
+/// The policy-loss options with the step's normaliser ([`with_step_normalizer`]).
 fn loss_options(policy: &PolicyLossOptions, exp: &Experience) -> PolicyLossOptions {
-    let mut opts = *policy;
-    opts.agg.global_tokens = Some(exp.normalizer.tokens);
-    opts.agg.global_seqs = Some(exp.normalizer.rows as f64);
-    opts
+    PolicyLossOptions {
+        agg: with_step_normalizer(policy.agg, &exp.normalizer),
+        ..*policy
+    }
 }
 
 /// The loss of one micro-batch: the clipped policy loss, `+ β·KL` to the reference, `−` the
