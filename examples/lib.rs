@@ -77,6 +77,47 @@ impl RunOptions {
     }
 }
 
+/// The model and data options of the GSM8K-style examples (`grpo_gsm8k`, `ppo_gsm8k`,
+/// `dpo_gsm8k`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct MathsData {
+    /// Model: a local Hugging Face folder or a hub id (default: the embedded tiny model).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Training data: a JSONL/parquet file, a hub dataset id (`openai/gsm8k`) or `synthetic`.
+    #[arg(long)]
+    pub dataset: Option<String>,
+    /// Held-out data (default: the dataset's test split; synthetic: its own held-out problems).
+    #[arg(long)]
+    pub eval_dataset: Option<String>,
+}
+
+impl MathsData {
+    /// The run's model and data ([`choose_model`] with the embedded model of `embedded_dir`,
+    /// built by `cargo xtask tiny-model`) and their overrides ([`data_overrides`]).
+    ///
+    /// # Errors
+    /// The embedded model is missing.
+    ///
+    /// ```
+    /// use atomrl_examples::MathsData;
+    /// let d = MathsData { model: Some("m".into()), dataset: None, eval_dataset: None };
+    /// let (choice, o) = d.choose("no/such/dir")?;
+    /// assert!(!choice.embedded && o[1] == "dataset=\"openai/gsm8k\"");
+    /// # Ok::<(), anyhow::Error>(())
+    /// ```
+    pub fn choose(&self, embedded_dir: &str) -> anyhow::Result<(ModelChoice, Vec<String>)> {
+        let choice = choose_model(
+            self.model.as_deref(),
+            self.dataset.as_deref(),
+            embedded_dir,
+            "cargo xtask tiny-model",
+        )?;
+        let overrides = data_overrides(&choice, self.eval_dataset.as_deref());
+        Ok((choice, overrides))
+    }
+}
+
 /// The model and data of an example's run (see [`choose_model`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelChoice {

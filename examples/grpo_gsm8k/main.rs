@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use atomrl_examples::{choose_model, data_overrides, main_with, RunOptions};
+use atomrl_examples::{main_with, MathsData, RunOptions};
 use atomrl_trainer::config::{load_args, Recipe};
 use atomrl_trainer::run::{print_summary, run_recipe};
 use clap::{Parser, ValueEnum};
@@ -33,15 +33,8 @@ enum RecipeArg {
     after_help = "Examples:\n  cargo run --release --example grpo_gsm8k\n  cargo run --release --example grpo_gsm8k -- --recipe dapo\n  cargo run --release --features cuda --example grpo_gsm8k -- --model Qwen/Qwen2.5-0.5B-Instruct --dataset openai/gsm8k --device cuda"
 )]
 struct Cli {
-    /// Model: a local Hugging Face folder or a hub id (default: the embedded tiny model).
-    #[arg(long)]
-    model: Option<String>,
-    /// Training data: a JSONL/parquet file, a hub dataset id (`openai/gsm8k`) or `synthetic`.
-    #[arg(long)]
-    dataset: Option<String>,
-    /// Held-out data (default: the dataset's test split; synthetic: its own held-out problems).
-    #[arg(long)]
-    eval_dataset: Option<String>,
+    #[command(flatten)]
+    data: MathsData,
     /// GRPO or DAPO (clip-higher, token-level loss, dynamic sampling, overlong shaping).
     #[arg(long, value_enum, default_value = "grpo")]
     recipe: RecipeArg,
@@ -132,19 +125,14 @@ fn run(cli: Cli) -> Result<()> {
         RecipeArg::Grpo => Recipe::Grpo,
         RecipeArg::Dapo => Recipe::Dapo,
     };
-    let choice = choose_model(
-        cli.model.as_deref(),
-        cli.dataset.as_deref(),
-        EMBEDDED_MODEL,
-        "cargo xtask tiny-model",
-    )?;
+    let (choice, data) = cli.data.choose(EMBEDDED_MODEL)?;
     let embedded = choice.embedded;
     let mut overrides = if embedded {
         embedded_defaults(cli.recipe)
     } else {
         real_defaults()
     };
-    overrides.extend(data_overrides(&choice, cli.eval_dataset.as_deref()));
+    overrides.extend(data);
     overrides.extend(cli.run.overrides(&cli.output_dir));
     let args = load_args(cli.run.config.as_deref(), Some(recipe), &overrides)?;
     println!(

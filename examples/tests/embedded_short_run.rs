@@ -106,3 +106,63 @@ fn ten_ppo_steps_of_the_embedded_run() {
     assert!(out.join("checkpoint-10/critic/model.safetensors").is_file());
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// A short `cargo run --release --example dpo_gsm8k`: 40 online DPO steps of 4 optimizer
+/// steps each on the step's pairs, every DPO metric finite. The metrics are those of the last
+/// pass: at step 1, after 3 updates on its pairs, the policy ranks every chosen completion above
+/// its rejected one (TRL's `rewards/accuracies` and `rewards/margins`, 0 for the reference
+/// itself, which step 1 starts from).
+#[test]
+fn forty_dpo_steps_of_the_embedded_run() {
+    let out = std::env::temp_dir().join(format!("atomrl-embedded-dpo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/grpo_gsm8k/model");
+    let overrides: Vec<String> = vec![
+        "recipe=\"dpo\"".into(),
+        format!("model={model:?}"),
+        "dataset=\"synthetic\"".into(),
+        "eval_size=0".into(),
+        format!("output_dir={:?}", out.display().to_string()),
+        "max_steps=40".into(),
+        "batch_size=8".into(),
+        "num_generations=8".into(),
+        "max_completion_length=48".into(),
+        "lr=2e-4".into(),
+        "num_iterations=4".into(),
+        "progress=false".into(),
+        "threads=1".into(),
+        "workers=2".into(),
+        "save_steps=40".into(),
+    ];
+    let summary = run_recipe(load_args(None, None, &overrides).unwrap()).unwrap();
+    assert_eq!(summary.steps, 40);
+    let rows = read_metrics(out.join("metrics.jsonl")).unwrap();
+    let trained: Vec<_> = rows
+        .iter()
+        .filter(|r| r.get(keys::DPO_PAIRS).is_some_and(|p| p > 0.0))
+        .collect();
+    assert!(trained.len() >= 30, "{} steps with pairs", trained.len());
+    for r in &trained {
+        for key in [
+            keys::DPO_REWARDS_CHOSEN,
+            keys::DPO_REWARDS_REJECTED,
+            keys::DPO_REWARDS_ACCURACIES,
+            keys::DPO_REWARDS_MARGINS,
+            keys::DPO_LOGPS_CHOSEN,
+            keys::DPO_LOGPS_REJECTED,
+            keys::LOSS,
+        ] {
+            assert!(
+                r.get(key).is_some_and(f64::is_finite),
+                "{key} at step {}",
+                r.step
+            );
+        }
+    }
+    let first = trained.iter().find(|r| r.step == 1).unwrap();
+    assert_eq!(first.get(keys::DPO_REWARDS_ACCURACIES), Some(1.0));
+    assert!(first.get(keys::DPO_REWARDS_MARGINS).unwrap() > 0.0);
+    assert!(first.get(keys::LOSS).unwrap() < std::f64::consts::LN_2);
+    assert!(out.join("checkpoint-40/model.safetensors").is_file());
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -1,5 +1,5 @@
 //! `cargo xtask size`: the size limits of the crates that hold the training step — the
-//! trainer's non-test lines (at most 3,200) and every function of the trainer, the rollouts
+//! trainer's non-test lines (at most 3,600) and every function of the trainer, the rollouts
 //! and the sampler (at most 80 lines). Counted as issue 20 counts them: a file's lines up to
 //! its first `#[cfg(test)]`.
 
@@ -9,8 +9,10 @@ use anyhow::{bail, Context, Result};
 
 /// The trainer's non-test lines, at most: 3,000 held the loop, GRPO, DAPO and SFT (issue 20);
 /// the actor-critic recipes (PPO, A2C, TRPO: ~900 lines, with their pieces in the atomic
-/// crates) took it to ~3,100.
-pub const TRAINER_LINES: usize = 3_200;
+/// crates) took it to ~3,100, and DPO (offline and online pairs, its metrics and held-out
+/// loss: ~380 lines; the pairs, their sums and the preference data live in `atomrl-rollout`
+/// and `atomrl-data`) to ~3,500.
+pub const TRAINER_LINES: usize = 3_600;
 /// A function's lines (signature to closing brace), at most.
 pub const FUNCTION_LINES: usize = 80;
 /// The crates whose functions are held to [`FUNCTION_LINES`].

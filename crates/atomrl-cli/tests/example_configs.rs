@@ -15,9 +15,10 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-const CONFIGS: [(&str, Recipe, bool); 5] = [
+const CONFIGS: [(&str, Recipe, bool); 6] = [
     ("tiny.toml", Recipe::Grpo, false),
     ("ppo.toml", Recipe::Ppo, false),
+    ("dpo.toml", Recipe::Dpo, false),
     ("dapo.toml", Recipe::Dapo, false),
     ("sft.toml", Recipe::Sft, false),
     ("lora.toml", Recipe::Grpo, true),

@@ -49,7 +49,7 @@ fn mpirun_train(args: &[&str], env: &[(&str, &str)]) -> Command {
 
 /// A run of `steps` steps with gradient accumulation, evaluation and checkpoints: GRPO with a
 /// KL term (the reference model's log-probs), DAPO (dynamic sampling, its refills exchanged
-/// between the ranks), PPO or TRPO (a critic).
+/// between the ranks), PPO or TRPO (a critic), DPO (online pairs).
 fn write_config(dir: &Path, recipe: &str, steps: usize) -> PathBuf {
     let data = write_dataset(dir);
     let path = dir.join("run.toml");
@@ -62,6 +62,9 @@ fn write_config(dir: &Path, recipe: &str, steps: usize) -> PathBuf {
             "beta = 0.04\nnum_iterations = 2\n",
             "[critic]\nlr = 1e-3\nkl_target = 0.01\nkl_horizon = 100.0\n",
         ),
+        // Online pairs from the sharded rollouts, the reference pass on the pairs, whole pairs
+        // per micro-batch, two optimizer steps per batch of pairs.
+        "dpo" => ("num_iterations = 2\n", "[dpo]\nbeta = 0.2\n"),
         // The trust-region step: gradients and Fisher-vector products summed over the ranks.
         _ => ("", "[critic]\nlr = 1e-3\n[trpo]\ncg_iters = 4\n"),
     };
@@ -183,6 +186,11 @@ fn two_ranks_train_exactly_as_two_workers_dapo() {
 #[test]
 fn two_ranks_train_exactly_as_two_workers_ppo() {
     same_run_on_two_ranks_and_two_workers("ppo");
+}
+
+#[test]
+fn two_ranks_train_exactly_as_two_workers_dpo() {
+    same_run_on_two_ranks_and_two_workers("dpo");
 }
 
 #[test]

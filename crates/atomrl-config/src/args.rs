@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 pub use atomrl_optim::LrSchedule;
 
 use super::actor_critic::{CriticArgs, TrpoArgs};
+use super::preference::DpoArgs;
 use super::resume::Resume;
 use atomrl_advantage::AdvantageMode;
 use atomrl_core::{ComputeDtype, DeviceSpec};
@@ -28,11 +29,14 @@ pub enum Recipe {
     /// TRPO: the critic's GAE advantages, a natural-gradient step in a KL trust region
     /// (`[trpo]`).
     Trpo,
+    /// DPO on preference pairs (`[dpo]`): online, the best and worst of each prompt's
+    /// `num_generations` scored completions.
+    Dpo,
 }
 
 impl Recipe {
     /// The names, as written in a configuration or on the command line.
-    pub const NAMES: [&'static str; 6] = ["grpo", "dapo", "sft", "ppo", "a2c", "trpo"];
+    pub const NAMES: [&'static str; 7] = ["grpo", "dapo", "sft", "ppo", "a2c", "trpo", "dpo"];
 
     /// The name of this recipe.
     pub fn name(self) -> &'static str {
@@ -70,6 +74,7 @@ impl std::str::FromStr for Recipe {
                 Self::Ppo,
                 Self::A2c,
                 Self::Trpo,
+                Self::Dpo,
             ])
             .find_map(|(n, r)| (*n == s).then_some(r))
             .ok_or_else(|| atomrl_core::Error::unknown_choice("config", "recipe", &Self::NAMES, s))
@@ -319,6 +324,9 @@ pub struct GRPOArgs {
     /// TRPO's trust region and solver.
     #[serde(default)]
     pub trpo: Option<TrpoArgs>,
+    /// DPO's loss (`dpo` recipe).
+    #[serde(default)]
+    pub dpo: Option<DpoArgs>,
 }
 
 /// [`GRPOArgs::max_tool_turns`]'s default.
@@ -430,6 +438,7 @@ mod tests {
             progress: true,
             critic: None,
             trpo: None,
+            dpo: None,
         };
         match recipe {
             Recipe::Grpo => grpo,
@@ -459,6 +468,11 @@ mod tests {
                 trpo: (recipe == Recipe::Trpo).then(TrpoArgs::default),
                 ..grpo
             },
+            Recipe::Dpo => GRPOArgs {
+                lr: 1e-6,
+                dpo: Some(DpoArgs::default()),
+                ..grpo
+            },
         }
     }
 
@@ -471,6 +485,7 @@ mod tests {
             Recipe::Ppo,
             Recipe::A2c,
             Recipe::Trpo,
+            Recipe::Dpo,
         ] {
             assert_eq!(GRPOArgs::preset(recipe), old_preset(recipe), "{recipe}");
         }

@@ -21,6 +21,7 @@ mod actor_critic;
 mod args;
 mod load;
 mod parts;
+mod preference;
 mod resume;
 mod rewards;
 mod tools;
@@ -33,6 +34,7 @@ pub use args::{AccuracySpec, GRPOArgs, LoraArgs, LrSchedule, Recipe, RewardSpec}
 pub use atomrl_core::{ComputeDtype, DeviceSpec};
 pub use load::load_args;
 pub use parts::{LossConfig, PolicyObjective, UpdateConfig};
+pub use preference::DpoArgs;
 pub use resume::Resume;
 pub use rewards::{build_accuracy, build_rewards};
 pub use tools::build_tools;

@@ -8,6 +8,7 @@ use atomrl_sample::SamplingParams;
 
 use super::actor_critic::CriticArgs;
 use super::args::{GRPOArgs, Recipe};
+use super::preference::DpoArgs;
 
 /// The policy term of the loss.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,10 +90,13 @@ impl GRPOArgs {
             advantage_eps: self.advantage_eps,
             mask_truncated_completions: self.mask_truncated_completions,
             // A critic's per-token advantages replace the rows' after this phase.
+            // DPO pairs rows by their rewards, whatever their advantages.
             drop_zero_advantage: self.beta == 0.0
                 && self.entropy_coef == 0.0
-                && !self.recipe.has_critic(),
-            old_log_probs: self.num_iterations > 1
+                && !self.recipe.has_critic()
+                && self.recipe != Recipe::Dpo,
+            // DPO's loss compares with the reference, never with the old policy.
+            old_log_probs: self.recipe != Recipe::Dpo && self.num_iterations > 1
                 || self.recipe == Recipe::Trpo
                 || (self.kl_in_reward() && self.beta > 0.0),
             micro_batches: self.gradient_accumulation_steps,
@@ -161,6 +165,31 @@ impl GRPOArgs {
     /// ```
     pub fn critic(&self) -> CriticArgs {
         self.critic.clone().unwrap_or_default()
+    }
+
+    /// DPO's loss settings (`[dpo]`, its defaults when absent).
+    ///
+    /// ```
+    /// use atomrl_config::{GRPOArgs, Recipe};
+    /// assert_eq!(GRPOArgs::preset(Recipe::Grpo).dpo().beta, 0.1);
+    /// ```
+    pub fn dpo(&self) -> DpoArgs {
+        self.dpo.clone().unwrap_or_default()
+    }
+
+    /// The options of [`atomrl_loss::compute_dpo_loss`] from `[dpo]`.
+    ///
+    /// ```
+    /// use atomrl_config::{GRPOArgs, Recipe};
+    /// assert_eq!(GRPOArgs::preset(Recipe::Dpo).dpo_options().beta, 0.1);
+    /// ```
+    pub fn dpo_options(&self) -> atomrl_loss::DpoOptions {
+        let d = self.dpo();
+        atomrl_loss::DpoOptions {
+            beta: d.beta,
+            loss_type: d.loss_type,
+            label_smoothing: d.label_smoothing,
+        }
     }
 
     /// Whether `β·KL` goes into the token rewards rather than the loss (actor-critic recipes

@@ -17,6 +17,7 @@ pub fn validate(a: &GRPOArgs) -> Result<()> {
     check_counts(a)?;
     check_recipe(a)?;
     check_critic(a)?;
+    check_dpo(a)?;
     check_resume(a)
 }
 
@@ -187,6 +188,28 @@ fn check_critic(a: &GRPOArgs) -> Result<()> {
                 t.accept_ratio,
             ));
         }
+    }
+    Ok(())
+}
+
+/// DPO's loss settings.
+fn check_dpo(a: &GRPOArgs) -> Result<()> {
+    if a.recipe != Recipe::Dpo {
+        return Ok(());
+    }
+    let d = a.dpo();
+    positive("dpo.beta", d.beta)?;
+    let (range, high) = match d.loss_type {
+        atomrl_loss::DpoLossType::Robust => ("in [0, 0.5) for loss_type = \"robust\"", 0.5),
+        _ => ("in [0, 1)", 1.0),
+    };
+    if !(0.0..high).contains(&d.label_smoothing) {
+        return Err(Error::value(
+            FUNC,
+            "dpo.label_smoothing",
+            range,
+            d.label_smoothing,
+        ));
     }
     Ok(())
 }

@@ -120,7 +120,7 @@ impl fmt::Display for Prompt {
 /// assert_eq!(ex.prompt, Prompt::Text("What is 5+7?".into()));
 /// assert_eq!(ex.completion.as_deref(), Some("<answer>12</answer>"));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Example {
     /// The prompt (before any chat template).
     pub prompt: Prompt,
@@ -130,6 +130,10 @@ pub struct Example {
     /// The target completion for supervised fine-tuning, if the dataset has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion: Option<String>,
+    /// A preference pair of completions (DPO, reward models), if the dataset has one; written
+    /// as top-level `chosen`, `rejected` and `margin` fields.
+    #[serde(default, flatten, skip_serializing_if = "Option::is_none")]
+    pub preference: Option<crate::preference::Preference>,
 }
 
 impl Example {
@@ -139,6 +143,7 @@ impl Example {
             prompt: prompt.into(),
             ground_truth: ground_truth.into(),
             completion: None,
+            preference: None,
         }
     }
 
@@ -176,6 +181,7 @@ impl Example {
             prompt: Prompt::Text(question.into()),
             ground_truth,
             completion: Some(answer),
+            preference: None,
         })
     }
 }

@@ -7,6 +7,7 @@ use atomrl_core::{Error, Result};
 use serde_json::{Map, Value};
 
 use crate::example::{short, ChatMessage, Example, Prompt};
+use crate::preference::{is_preference_row, preference_from_row};
 
 /// Loads a JSON Lines dataset (one JSON object per line; blank lines are skipped).
 ///
@@ -18,6 +19,11 @@ use crate::example::{short, ChatMessage, Example, Prompt};
 ///   completion, the messages before it are the prompt; `ground_truth` is optional.
 /// - `{"question": Q, "answer": "... #### 72"}` — GSM8K: the ground truth is what follows
 ///   `####` (unless a `ground_truth` field is given) and the answer text is the completion.
+/// - `{"prompt": P, "chosen": C, "rejected": R, "margin": M}` — a preference pair (DPO, reward
+///   models; TRL's format): `C` and `R` are strings, or one assistant message each when `P` is
+///   a list of messages; without `prompt`, `C` and `R` are whole conversations whose shared
+///   messages before the last are the prompt. `margin` and `ground_truth` are optional. A pair
+///   with an empty side, or with identical sides, is refused.
 ///
 /// Other fields are ignored. A file whose first non-blank character is `[` is read as one JSON
 /// array of such rows instead.
@@ -160,7 +166,7 @@ fn ground_truth_field(row: &Map<String, Value>) -> Result<Option<String>, String
     }
 }
 
-fn messages(v: &Value, key: &str) -> Result<Vec<ChatMessage>, String> {
+pub(crate) fn messages(v: &Value, key: &str) -> Result<Vec<ChatMessage>, String> {
     let Value::Array(items) = v else {
         return Err(format!(
             "`{key}` must be a list of {{\"role\", \"content\"}} messages, got {}",
@@ -205,11 +211,21 @@ fn prompt_field(v: &Value) -> Result<Prompt, String> {
 }
 
 /// One row in any accepted shape; the error is the message of an [`Error::File`].
-fn example_from_value(value: &Value) -> Result<Example, String> {
+pub(crate) fn example_from_value(value: &Value) -> Result<Example, String> {
     let Value::Object(row) = value else {
         return Err(format!("expected a JSON object, got {}", type_name(value)));
     };
     let ground_truth = ground_truth_field(row)?;
+    if is_preference_row(row) {
+        let prompt = field(row, "prompt").map(prompt_field).transpose()?;
+        let (prompt, preference) = preference_from_row(row, prompt)?;
+        return Ok(Example {
+            prompt,
+            ground_truth: ground_truth.unwrap_or_default(),
+            completion: None,
+            preference: Some(preference),
+        });
+    }
     if let Some(p) = field(row, "prompt") {
         let prompt = prompt_field(p)?;
         let completion = string_field(row, "completion")?;
@@ -228,6 +244,7 @@ fn example_from_value(value: &Value) -> Result<Example, String> {
             prompt,
             ground_truth,
             completion,
+            preference: None,
         });
     }
     if let Some(m) = field(row, "messages") {
@@ -247,6 +264,7 @@ fn example_from_value(value: &Value) -> Result<Example, String> {
             prompt: Prompt::Messages(msgs),
             ground_truth: ground_truth.unwrap_or_default(),
             completion: Some(last.content),
+            preference: None,
         });
     }
     if let Some(q) = string_field(row, "question")? {
@@ -263,6 +281,7 @@ fn example_from_value(value: &Value) -> Result<Example, String> {
             prompt: Prompt::Text(q),
             ground_truth,
             completion: Some(answer),
+            preference: None,
         });
     }
     let mut keys: Vec<&str> = row.keys().map(String::as_str).collect();

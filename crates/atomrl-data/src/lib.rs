@@ -2,12 +2,12 @@
 //! sampling.
 //!
 //! Everything becomes a `Vec<`[`Example`]`>` (a [`Prompt`], a ground truth and, for SFT, a
-//! completion):
+//! completion; for DPO and reward models, a [`Preference`] pair):
 //!
 //! | source | function |
 //! |---|---|
-//! | JSON Lines (`prompt`/`ground_truth`, `prompt`/`completion`, `messages`, GSM8K `question`/`answer`) | [`load_jsonl`], [`parse_jsonl`] |
-//! | a GSM8K parquet file | [`load_gsm8k_parquet`] |
+//! | JSON Lines (`prompt`/`ground_truth`, `prompt`/`completion`, `messages`, GSM8K `question`/`answer`, `prompt`/`chosen`/`rejected`) | [`load_jsonl`], [`parse_jsonl`] |
+//! | a parquet file in the same row shapes | [`load_parquet`] ([`load_gsm8k_parquet`]) |
 //! | a hub dataset in the local hub cache (`openai/gsm8k`) | [`resolve_hub_dataset`], [`hub_cache_dir`] |
 //! | any of the above, from a command-line string | [`DataSource::parse`], [`DataSource::load`] |
 //! | synthetic grade-school word problems (offline default) | [`synthetic_word_problems`], [`synthetic_splits`] |
@@ -30,6 +30,7 @@ mod example;
 mod hub;
 mod jsonl;
 mod parquet;
+mod preference;
 mod sampler;
 mod shuffle;
 mod source;
@@ -39,7 +40,8 @@ mod synthetic;
 pub use example::{ChatMessage, Example, Prompt};
 pub use hub::{hub_cache_dir, resolve_hub_dataset, resolve_hub_dataset_shards};
 pub use jsonl::{load_jsonl, parse_jsonl, write_jsonl};
-pub use parquet::load_gsm8k_parquet;
+pub use parquet::{load_gsm8k_parquet, load_parquet};
+pub use preference::{is_preference_dataset, Preference};
 pub use sampler::{EpochSampler, SamplerState};
 pub use shuffle::{seeded_permutation, SplitMix64};
 pub use source::{DataSource, SYNTHETIC_DEFAULT, SYNTHETIC_DEFAULT_PROBLEMS};

@@ -83,7 +83,50 @@ pub fn load_gsm8k_parquet(path: &Path) -> Result<Vec<Example>> {
             prompt: question.into(),
             ground_truth,
             completion: Some(answer),
+            preference: None,
         });
+    }
+    if out.is_empty() {
+        return Err(Error::file(&name, "no rows"));
+    }
+    Ok(out)
+}
+
+/// Loads a parquet dataset in any row shape [`crate::load_jsonl`] accepts (the hub serves
+/// datasets as parquet): a GSM8K file (`question`, `answer`) through [`load_gsm8k_parquet`];
+/// any other file row by row, each row read as a JSON object (strings, numbers, lists of
+/// `{"role", "content"}` structs), so that preference files such as
+/// `trl-lib/ultrafeedback_binarized` (`chosen` / `rejected` conversations) and `prompt` /
+/// `messages` rows load as their JSON Lines forms do.
+///
+/// # Errors
+/// [`Error::File`] naming the file (and `row N`) when it cannot be read, is not parquet, has no
+/// rows, or a row is not in an accepted shape (the JSON Lines messages).
+///
+/// ```
+/// let path = std::env::temp_dir().join("atomrl_doctest_not.parquet");
+/// std::fs::write(&path, b"text").unwrap();
+/// let err = atomrl_data::load_parquet(&path).unwrap_err().to_string();
+/// assert!(err.contains("not a readable parquet file"), "{err}");
+/// ```
+pub fn load_parquet(path: &Path) -> Result<Vec<Example>> {
+    let name = path.display().to_string();
+    let file = std::fs::File::open(path).map_err(|e| Error::file(&name, e))?;
+    let reader = SerializedFileReader::new(file)
+        .map_err(|e| Error::file(&name, format!("not a readable parquet file: {e}")))?;
+    let schema = reader.metadata().file_metadata().schema();
+    let has = |col: &str| schema.get_fields().iter().any(|f| f.name() == col);
+    if COLUMNS.iter().all(|c| has(c)) {
+        return load_gsm8k_parquet(path);
+    }
+    let rows = reader
+        .get_row_iter(None)
+        .map_err(|e| Error::file(&name, e))?;
+    let mut out = Vec::new();
+    for (i, row) in rows.enumerate() {
+        let at = |m: String| Error::file(&name, format!("row {i}: {m}"));
+        let row = row.map_err(|e| at(e.to_string()))?;
+        out.push(crate::jsonl::example_from_value(&row.to_json_value()).map_err(at)?);
     }
     if out.is_empty() {
         return Err(Error::file(&name, "no rows"));

@@ -8,7 +8,7 @@ use atomrl_core::{Error, Result};
 use crate::example::Example;
 use crate::hub::{hub_cache_dir, resolve_hub_dataset_shards};
 use crate::jsonl::load_jsonl;
-use crate::parquet::load_gsm8k_parquet;
+use crate::parquet::load_parquet;
 use crate::synthetic::{synthetic_splits_with, SyntheticConfig};
 
 /// A dataset location: a local file or a hub dataset in the local hub cache.
@@ -27,7 +27,7 @@ use crate::synthetic::{synthetic_splits_with, SyntheticConfig};
 pub enum DataSource {
     /// A JSON Lines (or JSON array) file, read by [`load_jsonl`].
     Jsonl(PathBuf),
-    /// A GSM8K parquet file, read by [`load_gsm8k_parquet`].
+    /// A parquet file, read by [`load_parquet`] (GSM8K, preference pairs, prompts).
     Parquet(PathBuf),
     /// A hub dataset (`org/name[@revision][:config]`), read from the hub cache or, through
     /// [`DataSource::load_with`], fetched by the caller (the trainer downloads it).
@@ -151,7 +151,7 @@ impl DataSource {
     /// ignored for local files. Hub datasets are read from [`hub_cache_dir`].
     ///
     /// # Errors
-    /// Those of [`load_jsonl`], [`load_gsm8k_parquet`] and [`resolve_hub_dataset_shards`].
+    /// Those of [`load_jsonl`], [`load_parquet`] and [`resolve_hub_dataset_shards`].
     ///
     /// ```
     /// use atomrl_data::DataSource;
@@ -185,7 +185,7 @@ impl DataSource {
     /// stays free of network code.
     ///
     /// # Errors
-    /// Those of `fetch`, [`load_jsonl`] and [`load_gsm8k_parquet`].
+    /// Those of `fetch`, [`load_jsonl`] and [`load_parquet`].
     ///
     /// ```
     /// use atomrl_data::DataSource;
@@ -205,7 +205,7 @@ impl DataSource {
     {
         match self {
             Self::Jsonl(p) => load_jsonl(p),
-            Self::Parquet(p) => load_gsm8k_parquet(p),
+            Self::Parquet(p) => load_parquet(p),
             Self::Synthetic {
                 train,
                 eval,
@@ -236,7 +236,7 @@ impl DataSource {
                     out.extend(if jsonl {
                         load_jsonl(&shard)?
                     } else {
-                        load_gsm8k_parquet(&shard)?
+                        load_parquet(&shard)?
                     });
                 }
                 Ok(out)

@@ -223,6 +223,7 @@ impl SyntheticProblem {
             prompt: Prompt::Text(self.question.clone()),
             ground_truth: self.answer.to_string(),
             completion: Some(self.completion()),
+            preference: None,
         }
     }
 }

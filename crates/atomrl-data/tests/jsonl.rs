@@ -201,3 +201,100 @@ fn json_array_files_are_accepted() {
     );
     std::fs::remove_file(&path).unwrap();
 }
+
+#[test]
+fn preference_rows_in_trl_formats() {
+    let rows = load_jsonl(&fixture("preference.jsonl")).unwrap();
+    assert_eq!(rows.len(), 3);
+    let p: Vec<_> = rows.iter().map(|r| r.preference.clone().unwrap()).collect();
+    // Standard form.
+    assert_eq!(rows[0].prompt, Prompt::Text("What is 2 + 3?".into()));
+    assert_eq!(
+        (p[0].chosen.as_str(), p[0].rejected.as_str()),
+        ("<think>2+3=5</think>\n5", "6")
+    );
+    assert_eq!(p[0].margin, None);
+    // Conversational with an explicit prompt, and a margin.
+    assert_eq!(
+        rows[1].prompt,
+        Prompt::Messages(vec![
+            ChatMessage::new("system", "Answer briefly."),
+            ChatMessage::new("user", "Capital of France?"),
+        ])
+    );
+    assert_eq!((p[1].chosen.as_str(), p[1].margin), ("Paris.", Some(2.0)));
+    // Implicit prompt: the messages both sides share.
+    assert_eq!(
+        rows[2].prompt,
+        Prompt::Messages(vec![ChatMessage::new("user", "Say hi.")])
+    );
+    assert_eq!(
+        (p[2].chosen.as_str(), p[2].rejected.as_str()),
+        ("Hi!", "No.")
+    );
+    assert_eq!(rows[2].ground_truth, "1");
+    // Written back as top-level fields, read back unchanged.
+    let path = tmp("preference_round_trip.jsonl");
+    write_jsonl(&path, &rows).unwrap();
+    assert!(std::fs::read_to_string(&path)
+        .unwrap()
+        .contains("\"chosen\":\"Paris.\""));
+    assert_eq!(load_jsonl(&path).unwrap(), rows);
+}
+
+#[test]
+fn bad_preference_rows_name_the_file_and_line() {
+    let ok = r#"{"prompt": "q", "chosen": "a", "rejected": "b"}"#;
+    for (row, needle) in [
+        (
+            r#"{"prompt": "q", "chosen": "", "rejected": "b"}"#,
+            "`chosen` is empty",
+        ),
+        (
+            r#"{"prompt": "q", "chosen": "a", "rejected": "  "}"#,
+            "`rejected` is empty",
+        ),
+        (
+            r#"{"prompt": "q", "chosen": "same", "rejected": "same"}"#,
+            "identical",
+        ),
+        (
+            r#"{"prompt": "q", "chosen": "a"}"#,
+            "missing field `rejected`",
+        ),
+        (
+            r#"{"chosen": "a", "rejected": "b"}"#,
+            "missing field `prompt`",
+        ),
+        (
+            r#"{"prompt": "q", "chosen": "a", "rejected": "b", "margin": "big"}"#,
+            "`margin` must be a number",
+        ),
+        (
+            r#"{"prompt": "q", "chosen": 3, "rejected": "b"}"#,
+            "`chosen` must be a string or a list of messages",
+        ),
+        (
+            r#"{"prompt": [{"role": "user", "content": "q"}], "chosen": [{"role": "user", "content": "a"}], "rejected": [{"role": "assistant", "content": "b"}]}"#,
+            "`chosen` must be one assistant message",
+        ),
+        (
+            r#"{"chosen": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "rejected": [{"role": "user", "content": "other"}, {"role": "assistant", "content": "b"}]}"#,
+            "must share every message before their last",
+        ),
+        (
+            r#"{"chosen": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "rejected": [{"role": "user", "content": "q"}, {"role": "user", "content": "b"}]}"#,
+            "the last message of `rejected` must have role `assistant`",
+        ),
+        (
+            r#"{"chosen": [{"role": "assistant", "content": "a"}], "rejected": [{"role": "assistant", "content": "b"}]}"#,
+            "no message before the assistant's answer",
+        ),
+    ] {
+        let path = tmp("bad_preference.jsonl");
+        std::fs::write(&path, format!("{ok}\n\n{row}\n")).unwrap();
+        let (at, message) = file_error(load_jsonl(&path).unwrap_err());
+        assert!(at.ends_with("bad_preference.jsonl:3"), "{row}: {at}");
+        assert!(message.contains(needle), "{row}: {message}");
+    }
+}

@@ -321,3 +321,142 @@ fn not_cached_says_how_to_download() {
     assert!(resolve_hub_dataset(&cache, "org/one", Some("main"), "train").is_ok());
     std::fs::remove_dir_all(&cache).unwrap();
 }
+
+/// The hub's layout of a conversational preference dataset (`trl-lib/ultrafeedback_binarized`):
+/// `chosen` and `rejected` are lists of `{content, role}` structs, here with a score column.
+const CONVERSATION_SCHEMA: &str = "message schema {
+    REQUIRED group chosen (LIST) {
+        REPEATED group list {
+            REQUIRED group element {
+                REQUIRED BYTE_ARRAY content (UTF8);
+                REQUIRED BYTE_ARRAY role (UTF8);
+            }
+        }
+    }
+    REQUIRED group rejected (LIST) {
+        REPEATED group list {
+            REQUIRED group element {
+                REQUIRED BYTE_ARRAY content (UTF8);
+                REQUIRED BYTE_ARRAY role (UTF8);
+            }
+        }
+    }
+    REQUIRED DOUBLE score_chosen;
+}";
+
+/// Writes rows of `(chosen, rejected, score)` conversations (`(role, content)` messages) with
+/// [`CONVERSATION_SCHEMA`]: each leaf column carries the messages' repetition levels.
+/// `(role, content)` messages.
+type Conversation<'a> = Vec<(&'a str, &'a str)>;
+
+fn write_conversations(path: &Path, rows: &[(Conversation<'_>, Conversation<'_>, f64)]) {
+    let schema = parse_message_type(CONVERSATION_SCHEMA).unwrap();
+    let file = std::fs::File::create(path).unwrap();
+    let props = Arc::new(WriterProperties::builder().build());
+    let mut writer = SerializedFileWriter::new(file, Arc::new(schema), props).unwrap();
+    let mut rg = writer.next_row_group().unwrap();
+    let mut c = 0;
+    while let Some(mut w) = rg.next_column().unwrap() {
+        if c == 4 {
+            let scores: Vec<f64> = rows.iter().map(|r| r.2).collect();
+            w.typed::<parquet::data_type::DoubleType>()
+                .write_batch(&scores, None, None)
+                .unwrap();
+        } else {
+            // Columns: chosen.content, chosen.role, rejected.content, rejected.role.
+            let (mut values, mut defs, mut reps) = (Vec::new(), Vec::new(), Vec::new());
+            for row in rows {
+                let side = if c < 2 { &row.0 } else { &row.1 };
+                for (i, (role, content)) in side.iter().enumerate() {
+                    values.push(ByteArray::from(if c % 2 == 0 { *content } else { *role }));
+                    defs.push(1);
+                    reps.push(i16::from(i > 0));
+                }
+            }
+            w.typed::<ByteArrayType>()
+                .write_batch(&values, Some(&defs), Some(&reps))
+                .unwrap();
+        }
+        w.close().unwrap();
+        c += 1;
+    }
+    rg.close().unwrap();
+    writer.close().unwrap();
+}
+
+#[test]
+fn loads_preference_pairs_from_parquet_and_names_bad_rows() {
+    let dir = tmp_dir("preference");
+    let path = dir.join("train_prefs.parquet");
+    let user = ("user", "Say hi.");
+    write_conversations(
+        &path,
+        &[
+            (
+                vec![user, ("assistant", "Hi!")],
+                vec![user, ("assistant", "No.")],
+                8.0,
+            ),
+            (
+                vec![("user", "2+2?"), ("assistant", "4")],
+                vec![("user", "2+2?"), ("assistant", "5")],
+                9.5,
+            ),
+        ],
+    );
+    let rows = atomrl_data::load_parquet(&path).unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(
+        rows[1].prompt,
+        Prompt::Messages(vec![atomrl_data::ChatMessage::new("user", "2+2?")])
+    );
+    let p = rows[0].preference.as_ref().unwrap();
+    assert_eq!((p.chosen.as_str(), p.rejected.as_str()), ("Hi!", "No."));
+    // Through the data source, as a file path.
+    let loaded = DataSource::parse(path.to_str().unwrap())
+        .unwrap()
+        .load("train")
+        .unwrap();
+    assert_eq!(loaded, rows);
+
+    // A pair whose sides are the same is refused, naming the file and the row.
+    let same = dir.join("same.parquet");
+    write_conversations(
+        &same,
+        &[
+            (
+                vec![user, ("assistant", "Hi!")],
+                vec![user, ("assistant", "No.")],
+                1.0,
+            ),
+            (
+                vec![user, ("assistant", "Hi!")],
+                vec![user, ("assistant", "Hi!")],
+                1.0,
+            ),
+        ],
+    );
+    let (at, message) = file_error(atomrl_data::load_parquet(&same).unwrap_err());
+    assert!(at.ends_with("same.parquet"), "{at}");
+    assert!(
+        message.starts_with("row 1: ") && message.contains("identical"),
+        "{message}"
+    );
+
+    // Plain string columns: the standard form.
+    let plain = dir.join("plain.parquet");
+    write_parquet(
+        &plain,
+        "message schema {
+            REQUIRED BYTE_ARRAY prompt (UTF8);
+            REQUIRED BYTE_ARRAY chosen (UTF8);
+            REQUIRED BYTE_ARRAY rejected (UTF8);
+        }",
+        &[col(&["q1", "q2"]), col(&["a", "b"]), col(&["c", ""])],
+    );
+    let (_, message) = file_error(atomrl_data::load_parquet(&plain).unwrap_err());
+    assert!(
+        message.starts_with("row 1: `rejected` is empty"),
+        "{message}"
+    );
+}

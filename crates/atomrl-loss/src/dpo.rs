@@ -27,6 +27,21 @@ pub enum DpoLossType {
 impl DpoLossType {
     /// The names, as written in a configuration or JSON.
     pub const NAMES: [&'static str; 4] = ["sigmoid", "hinge", "ipo", "robust"];
+
+    /// The name of this variant.
+    ///
+    /// ```
+    /// assert_eq!(atomrl_loss::DpoLossType::Ipo.name(), "ipo");
+    /// ```
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+}
+
+impl std::fmt::Display for DpoLossType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// ```

@@ -125,6 +125,17 @@ const CHARTS: &[Chart] = &[
         series: &[series(keys::ENTROPY, Kind::Line, false)],
     },
     Chart {
+        file: "preference.png",
+        title: "DPO implicit rewards (beta * log-ratio to the reference)",
+        y_label: "reward / share",
+        series: &[
+            series(keys::DPO_REWARDS_CHOSEN, Kind::Smoothed, false),
+            series(keys::DPO_REWARDS_REJECTED, Kind::Smoothed, false),
+            series(keys::DPO_REWARDS_MARGINS, Kind::Smoothed, false),
+            series(keys::DPO_REWARDS_ACCURACIES, Kind::Smoothed, false),
+        ],
+    },
+    Chart {
         file: "loss.png",
         title: "Loss",
         y_label: "loss",
@@ -155,6 +166,7 @@ pub fn chart_files() -> Vec<&'static str> {
 /// | `tools.png` | `tools/calls_per_completion`, `tools/error_rate`, `tools/max_turns_frac`, `eval/tools/calls_per_completion` markers |
 /// | `kl.png` | `kl` |
 /// | `entropy.png` | `entropy` |
+/// | `preference.png` | `rewards/chosen`, `rewards/rejected`, `rewards/margins`, `rewards/accuracies` (DPO) |
 /// | `loss.png` | `loss` |
 ///
 /// Non-finite values are skipped; a chart none of whose metrics has a finite value is not

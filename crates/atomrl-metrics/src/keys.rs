@@ -101,6 +101,20 @@ pub const TRPO_KL: &str = "trpo/kl";
 pub const TRPO_IMPROVEMENT: &str = "trpo/improvement";
 /// TRPO: conjugate-gradient iterations.
 pub const TRPO_CG_ITERATIONS: &str = "trpo/cg_iterations";
+/// DPO: preference pairs in the step.
+pub const DPO_PAIRS: &str = "pairs";
+/// DPO: mean implicit reward `β·(log π − log π_ref)` of the chosen completions (TRL's name).
+pub const DPO_REWARDS_CHOSEN: &str = "rewards/chosen";
+/// DPO: mean implicit reward of the rejected completions.
+pub const DPO_REWARDS_REJECTED: &str = "rewards/rejected";
+/// DPO: share of pairs whose chosen implicit reward is the larger.
+pub const DPO_REWARDS_ACCURACIES: &str = "rewards/accuracies";
+/// DPO: mean chosen − rejected implicit reward.
+pub const DPO_REWARDS_MARGINS: &str = "rewards/margins";
+/// DPO: mean summed log-prob of the chosen completions under the policy.
+pub const DPO_LOGPS_CHOSEN: &str = "logps/chosen";
+/// DPO: mean summed log-prob of the rejected completions under the policy.
+pub const DPO_LOGPS_REJECTED: &str = "logps/rejected";
 /// Held-out accuracy.
 pub const EVAL_ACCURACY: &str = "eval/accuracy";
 /// Held-out share of completions in the hard format.

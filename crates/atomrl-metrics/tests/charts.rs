@@ -41,7 +41,11 @@ fn run_rows(steps: u64) -> Vec<MetricRow> {
                 .push("loss", if s == 7 { f64::NAN } else { 0.05 * (1.0 - t) })
                 .push("tools/calls_per_completion", 0.2 + 0.8 * t)
                 .push("tools/error_rate", 0.1 * (1.0 - t))
-                .push("tools/max_turns_frac", 0.0);
+                .push("tools/max_turns_frac", 0.0)
+                .push("rewards/chosen", 0.1 * t)
+                .push("rewards/rejected", -0.1 * t)
+                .push("rewards/margins", 0.2 * t)
+                .push("rewards/accuracies", 0.5 + 0.4 * t);
             if s % 10 == 0 {
                 row.push("eval/accuracy", 0.15 + 0.65 * t);
             }
@@ -68,6 +72,7 @@ fn every_chart_is_a_valid_png_of_the_right_size() {
             "tools.png",
             "kl.png",
             "entropy.png",
+            "preference.png",
             "loss.png"
         ]
     );

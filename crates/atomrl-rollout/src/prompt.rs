@@ -60,4 +60,85 @@ impl PromptEncoder {
             truncated,
         })
     }
+
+    /// The token ids of a target completion of a dataset (SFT's completion, DPO's chosen and
+    /// rejected): its text followed by EOS (so the model learns to stop), cut to
+    /// `max_completion_length`. The text is tokenized as is, after the encoded prompt.
+    ///
+    /// # Errors
+    /// Tokenizer failures.
+    ///
+    /// ```
+    /// use atomrl_rollout::PromptEncoder;
+    /// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+    /// let tok = atomrl_sample::ChatTokenizer::from_hf_dir(dir)?;
+    /// let enc = PromptEncoder { chat_template: true, system_prompt: None, max_prompt_length: 64, tool_schemas: vec![] };
+    /// let ids = enc.encode_target(&tok, "The answer is 4.", 100)?;
+    /// assert_eq!(ids.last(), tok.eos_token_ids().first());
+    /// assert_eq!(enc.encode_target(&tok, "The answer is 4.", 2)?.len(), 2);
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn encode_target(
+        &self,
+        tokenizer: &ChatTokenizer,
+        text: &str,
+        max_completion_length: usize,
+    ) -> Result<Vec<u32>> {
+        let mut ids = tokenizer.encode(text, false)?;
+        if let Some(&eos) = tokenizer.eos_token_ids().first() {
+            ids.push(eos);
+        }
+        ids.truncate(max_completion_length);
+        Ok(ids)
+    }
+
+    /// The pair experience of preference `examples` ([`Experience::from_pairs`]): each
+    /// prompt encoded, each side [`encode_target`](Self::encode_target)ed.
+    ///
+    /// # Errors
+    /// [`atomrl_core::Error::Value`] naming `examples` when one has no preference pair;
+    /// tokenizer failures.
+    ///
+    /// ```
+    /// use atomrl_rollout::PromptEncoder;
+    /// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+    /// let tok = atomrl_sample::ChatTokenizer::from_hf_dir(dir)?;
+    /// let enc = PromptEncoder { chat_template: true, system_prompt: None, max_prompt_length: 64, tool_schemas: vec![] };
+    /// let rows = atomrl_data::parse_jsonl(r#"{"prompt": "2+2?", "chosen": "4", "rejected": "5"}"#, "x")?;
+    /// let exp = enc.encode_pairs(&tok, &[&rows[0]], 16, &candle_core::Device::Cpu)?;
+    /// assert_eq!((exp.num_rows(), exp.groups.clone()), (2, vec![0, 0]));
+    /// let prompt_only = atomrl_data::Example::new("2+2?", "4");
+    /// assert!(enc.encode_pairs(&tok, &[&prompt_only], 16, &candle_core::Device::Cpu).is_err());
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn encode_pairs(
+        &self,
+        tokenizer: &ChatTokenizer,
+        examples: &[&Example],
+        max_completion_length: usize,
+        device: &candle_core::Device,
+    ) -> Result<crate::Experience> {
+        let mut encoded = Vec::with_capacity(examples.len());
+        for (i, e) in examples.iter().enumerate() {
+            let Some(p) = &e.preference else {
+                return Err(atomrl_core::Error::value(
+                    "PromptEncoder::encode_pairs",
+                    format!("examples[{i}]"),
+                    "a preference pair (`chosen` and `rejected`)",
+                    "a prompt alone",
+                ));
+            };
+            let target = |t: &str| self.encode_target(tokenizer, t, max_completion_length);
+            encoded.push((
+                self.encode(tokenizer, e)?.ids,
+                target(&p.chosen)?,
+                target(&p.rejected)?,
+            ));
+        }
+        let rows: Vec<crate::PairRow<'_>> = encoded
+            .iter()
+            .map(|(p, c, r)| (p.as_slice(), c.as_slice(), r.as_slice()))
+            .collect();
+        crate::Experience::from_pairs(&rows, tokenizer.pad_token_id(), device)
+    }
 }

@@ -153,7 +153,7 @@ pub fn accumulate_gradients<T: MicroStatistics>(
     };
     let (workers, shards) = (settings.workers.max(1), par.shards());
     let first = workers * comm.rank();
-    let chunks = par.micro_batches(exp.num_rows(), settings.accumulation);
+    let chunks = update_chunks(par, exp, settings.accumulation);
     let per_worker = run_shards(FUNC, workers, |w| {
         let mut grads = Gradients::new();
         let mut reports = Vec::new();
@@ -200,6 +200,16 @@ pub fn accumulate_gradients<T: MicroStatistics>(
         outcome,
         extras,
     })
+}
+
+/// The row ranges of the update's micro-batches: the shard rule's, in whole pairs for a
+/// preference experience (a pair's two rows meet in one loss term).
+fn update_chunks(par: Parallel<'_>, exp: &Experience, accumulation: usize) -> Vec<Range<usize>> {
+    let unit = if exp.pairs.is_some() { 2 } else { 1 };
+    par.micro_batches(exp.num_rows() / unit, accumulation)
+        .into_iter()
+        .map(|r| r.start * unit..r.end * unit)
+        .collect()
 }
 
 /// Every rank's micro-batch reports, in micro-batch order (one all-gather of a few numbers

@@ -21,6 +21,7 @@
 pub mod accumulate;
 pub mod actor_critic;
 pub mod checkpoint;
+mod dpo;
 pub mod grpo;
 mod recipe;
 pub mod run;

@@ -50,7 +50,7 @@ pub fn build_trainer(mut args: GRPOArgs, comm: Rc<dyn Collective>) -> Result<cra
     let (model, tokenizer) = load_policy(&args, &device)?;
     let trainer = match args.recipe {
         Recipe::Sft => crate::Trainer::sft(args, model, tokenizer)?,
-        Recipe::Grpo | Recipe::Dapo | Recipe::Ppo | Recipe::A2c | Recipe::Trpo => {
+        Recipe::Grpo | Recipe::Dapo | Recipe::Ppo | Recipe::A2c | Recipe::Trpo | Recipe::Dpo => {
             let rewards = build_rewards(&args)?;
             GRPOTrainer::new(args, model, tokenizer, rewards)?
         }

@@ -40,11 +40,7 @@ pub fn encode_sft_example(
         .as_deref()
         .ok_or_else(|| Error::missing("sft", "completion", "a completion for every SFT example (prompt + completion, or chat messages ending with the assistant)"))?;
     let prompt = encoder.encode(tokenizer, example)?;
-    let mut ids = tokenizer.encode(completion, false)?;
-    if let Some(&eos) = tokenizer.eos_token_ids().first() {
-        ids.push(eos);
-    }
-    ids.truncate(max_completion_length);
+    let ids = encoder.encode_target(tokenizer, completion, max_completion_length)?;
     Ok((prompt.ids, ids))
 }
 

@@ -17,6 +17,7 @@ use crate::actor_critic::ActorCriticStep;
 use crate::checkpoint::{latest_checkpoint, load_trainer_state, save_checkpoint, TrainerState};
 use crate::config::{build_accuracy, GRPOArgs, Recipe, Resume};
 use crate::data::{EpochSampler, Example};
+use crate::dpo::DpoStep;
 use crate::grpo::GrpoStep;
 use crate::logging::{keys, MetricRow, MetricsLogger};
 use crate::optim::{warmup_steps, RunSchedule};
@@ -635,6 +636,7 @@ fn recipe_step(
         Recipe::Ppo | Recipe::A2c | Recipe::Trpo => {
             Box::new(ActorCriticStep::new(args, model, rewards, accuracy)?)
         }
+        Recipe::Dpo => Box::new(DpoStep::new(args, model, rewards, accuracy)?),
     })
 }
 

@@ -228,6 +228,7 @@ fn data_parallel_workers_train_deterministically() {
             prompt: Prompt::Text(format!("What is {i} plus 2?")),
             ground_truth: format!("{}", i + 2),
             completion: None,
+            preference: None,
         })
         .collect();
     let accuracy = atomrl_reward::Accuracy::default();

@@ -26,7 +26,7 @@ use atomrl_trainer::config::{load_args, GRPOArgs, Recipe};
 use atomrl_trainer::run::{build_trainer, print_summary};
 use clap::Parser;
 
-/// Train a language model with GRPO, DAPO or SFT.
+/// Train a language model with GRPO, DAPO, SFT, PPO, A2C, TRPO or DPO.
 ///
 /// Every option of the run lives in the TOML file (see docs/recipes.md for all keys and their
 /// defaults); `--set key=value` overrides one, `--recipe` picks the preset the file is applied
@@ -44,7 +44,7 @@ struct Cli {
     /// Override one option (TOML value): `--set lr=1e-5 --set lora.r=8`.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
-    /// The preset the configuration is applied on: grpo, dapo or sft.
+    /// The preset the configuration is applied on: grpo, dapo, sft, ppo, a2c, trpo or dpo.
     #[arg(long, value_parser = parse_recipe)]
     recipe: Option<Recipe>,
     /// Continue from the latest complete checkpoint in output_dir (same as resume = "auto").
