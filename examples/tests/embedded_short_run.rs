@@ -166,3 +166,83 @@ fn forty_dpo_steps_of_the_embedded_run() {
     assert!(out.join("checkpoint-40/model.safetensors").is_file());
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// A short `cargo run --release --example rlhf_gsm8k`: the embedded model's own pairs (right
+/// answers preferred to wrong ones), a reward model trained on them that ranks its training
+/// pairs better than chance, and GRPO steps against that reward model alone.
+#[test]
+fn a_short_rlhf_pipeline_on_the_embedded_model() {
+    let out = std::env::temp_dir().join(format!("atomrl-embedded-rlhf-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/grpo_gsm8k/model");
+    let base: Vec<String> = vec![
+        format!("model={model:?}"),
+        "dataset=\"synthetic\"".into(),
+        "max_completion_length=48".into(),
+        "progress=false".into(),
+        "threads=1".into(),
+        "workers=2".into(),
+    ];
+    let mut o = base.clone();
+    o.extend([
+        "rewards=[{name=\"correctness\"}]".into(),
+        "eval_size=40".into(),
+    ]);
+    let args = load_args(None, Some(atomrl_trainer::Recipe::Grpo), &o).unwrap();
+    let (train, eval) = atomrl_trainer::run::sample_own_pairs(args, 200, 40, 2).unwrap();
+    assert!(
+        train.len() >= 30 && !eval.is_empty(),
+        "{} / {}",
+        train.len(),
+        eval.len()
+    );
+    assert!(train.iter().all(|e| e
+        .preference
+        .as_ref()
+        .is_some_and(|p| p.chosen != p.rejected)));
+    std::fs::create_dir_all(&out).unwrap();
+    let pairs = out.join("pairs.jsonl");
+    atomrl_trainer::data::write_jsonl(&pairs, &train).unwrap();
+
+    let mut o = base.clone();
+    o.extend([
+        format!("dataset={:?}", pairs.display().to_string()),
+        format!("eval_dataset={:?}", pairs.display().to_string()),
+        "eval_size=32".into(),
+        format!("output_dir={:?}", out.join("rm").display().to_string()),
+        "batch_size=16".into(),
+        "lr=1e-4".into(),
+        "max_steps=40".into(),
+        "save_steps=40".into(),
+    ]);
+    let rm =
+        run_recipe(load_args(None, Some(atomrl_trainer::Recipe::Reward), &o).unwrap()).unwrap();
+    let accuracy = rm
+        .eval_after
+        .as_ref()
+        .and_then(|r| r.pair_accuracy)
+        .unwrap();
+    assert!(accuracy > 0.5, "pair accuracy {accuracy}");
+    let rm_dir = rm.checkpoint.unwrap().join("reward_model");
+
+    let mut o = base;
+    o.extend([
+        "eval_size=0".into(),
+        format!("output_dir={:?}", out.join("grpo").display().to_string()),
+        "max_steps=3".into(),
+        "batch_size=4".into(),
+        "beta=0.1".into(),
+        format!(
+            "rewards=[{{name=\"model\", path={:?}}}]",
+            rm_dir.display().to_string()
+        ),
+    ]);
+    let rl = run_recipe(load_args(None, Some(atomrl_trainer::Recipe::Grpo), &o).unwrap()).unwrap();
+    assert_eq!(rl.steps, 3);
+    let rows = read_metrics(out.join("grpo/metrics.jsonl")).unwrap();
+    assert!(rows
+        .iter()
+        .filter_map(|r| r.get("reward/model/mean"))
+        .all(f64::is_finite));
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -1,5 +1,5 @@
 //! `cargo xtask size`: the size limits of the crates that hold the training step — the
-//! trainer's non-test lines (at most 3,600) and every function of the trainer, the rollouts
+//! trainer's non-test lines (at most 4,000) and every function of the trainer, the rollouts
 //! and the sampler (at most 80 lines). Counted as issue 20 counts them: a file's lines up to
 //! its first `#[cfg(test)]`.
 
@@ -9,10 +9,12 @@ use anyhow::{bail, Context, Result};
 
 /// The trainer's non-test lines, at most: 3,000 held the loop, GRPO, DAPO and SFT (issue 20);
 /// the actor-critic recipes (PPO, A2C, TRPO: ~900 lines, with their pieces in the atomic
-/// crates) took it to ~3,100, and DPO (offline and online pairs, its metrics and held-out
-/// loss: ~380 lines; the pairs, their sums and the preference data live in `atomrl-rollout`
-/// and `atomrl-data`) to ~3,500.
-pub const TRAINER_LINES: usize = 3_600;
+/// crates) took it to ~3,100, DPO (offline and online pairs, its metrics and held-out loss:
+/// ~380 lines; the pairs, their sums and the preference data live in `atomrl-rollout` and
+/// `atomrl-data`) to ~3,500, and the reward-model recipe with `sample_own_pairs` (~440 lines;
+/// the model, its loss and `ModelReward` live in `atomrl-model`, `atomrl-loss` and
+/// `atomrl-rollout`) to ~3,950.
+pub const TRAINER_LINES: usize = 4_000;
 /// A function's lines (signature to closing brace), at most.
 pub const FUNCTION_LINES: usize = 80;
 /// The crates whose functions are held to [`FUNCTION_LINES`].

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{comparable, model_dir, temp_dir, train_bin, write_dataset};
+use common::{comparable, model_dir, temp_dir, train_bin, write_dataset, write_pairs};
 use std::path::{Path, PathBuf};
 
 use atomrl_trainer::logging::read_metrics;
@@ -159,31 +159,6 @@ fn dpo_losses_train_and_settings_are_checked_with_the_key_named() {
         assert!(!out.status.success(), "{extra}: {err}");
         assert!(err.contains(needle), "{extra}: {err}");
     }
-}
-
-/// `pairs.jsonl` in `dir`: 24 preference pairs, the sum preferred to a refusal (a pattern a
-/// random model can pick up across pairs), half of them conversational.
-fn write_pairs(dir: &Path) -> PathBuf {
-    let path = dir.join("pairs.jsonl");
-    let lines: Vec<String> = (0..24)
-        .map(|i| {
-            let (a, b) = (i % 7, i % 5);
-            let q = format!("What is {a} plus {b}?");
-            let (good, bad) = (format!("{}", a + b), "I do not know.".to_string());
-            if i % 2 == 0 {
-                serde_json::json!({"prompt": q, "chosen": good, "rejected": bad})
-            } else {
-                serde_json::json!({
-                    "prompt": [{"role": "user", "content": q}],
-                    "chosen": [{"role": "assistant", "content": good}],
-                    "rejected": [{"role": "assistant", "content": bad}],
-                })
-            }
-            .to_string()
-        })
-        .collect();
-    std::fs::write(&path, lines.join("\n")).unwrap();
-    path
 }
 
 #[test]

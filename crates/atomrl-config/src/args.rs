@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 pub use atomrl_optim::LrSchedule;
 
 use super::actor_critic::{CriticArgs, TrpoArgs};
-use super::preference::DpoArgs;
+use super::preference::{DpoArgs, RewardModelArgs};
 use super::resume::Resume;
 use atomrl_advantage::AdvantageMode;
 use atomrl_core::{ComputeDtype, DeviceSpec};
@@ -29,14 +29,18 @@ pub enum Recipe {
     /// TRPO: the critic's GAE advantages, a natural-gradient step in a KL trust region
     /// (`[trpo]`).
     Trpo,
-    /// DPO on preference pairs (`[dpo]`): online, the best and worst of each prompt's
-    /// `num_generations` scored completions.
+    /// DPO on preference pairs (`[dpo]`): from the dataset, or online, the best and worst of
+    /// each prompt's `num_generations` scored completions.
     Dpo,
+    /// A reward model (`[reward_model]`): the policy's transformer with a scalar head, trained
+    /// on preference pairs by the Bradley-Terry loss, saved as a sequence classifier.
+    Reward,
 }
 
 impl Recipe {
     /// The names, as written in a configuration or on the command line.
-    pub const NAMES: [&'static str; 7] = ["grpo", "dapo", "sft", "ppo", "a2c", "trpo", "dpo"];
+    pub const NAMES: [&'static str; 8] =
+        ["grpo", "dapo", "sft", "ppo", "a2c", "trpo", "dpo", "reward"];
 
     /// The name of this recipe.
     pub fn name(self) -> &'static str {
@@ -75,6 +79,7 @@ impl std::str::FromStr for Recipe {
                 Self::A2c,
                 Self::Trpo,
                 Self::Dpo,
+                Self::Reward,
             ])
             .find_map(|(n, r)| (*n == s).then_some(r))
             .ok_or_else(|| atomrl_core::Error::unknown_choice("config", "recipe", &Self::NAMES, s))
@@ -93,6 +98,10 @@ pub struct RewardSpec {
     /// Options of the function (e.g. `{ strict = true }`).
     #[serde(default)]
     pub options: toml::Table,
+    /// The reward model of `name = "model"`: a folder (`--recipe reward`'s
+    /// `checkpoint-N/reward_model`) or a hub id of a one-label sequence classifier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 fn one() -> f32 {
@@ -327,6 +336,9 @@ pub struct GRPOArgs {
     /// DPO's loss (`dpo` recipe).
     #[serde(default)]
     pub dpo: Option<DpoArgs>,
+    /// The reward model's loss (`reward` recipe).
+    #[serde(default)]
+    pub reward_model: Option<RewardModelArgs>,
 }
 
 /// [`GRPOArgs::max_tool_turns`]'s default.
@@ -401,11 +413,13 @@ mod tests {
                     name: "correctness".into(),
                     weight: 1.0,
                     options: toml::Table::new(),
+                    path: None,
                 },
                 RewardSpec {
                     name: "hard_format".into(),
                     weight: 0.1,
                     options: toml::Table::new(),
+                    path: None,
                 },
             ],
             accuracy: AccuracySpec::default(),
@@ -439,6 +453,7 @@ mod tests {
             critic: None,
             trpo: None,
             dpo: None,
+            reward_model: None,
         };
         match recipe {
             Recipe::Grpo => grpo,
@@ -473,6 +488,13 @@ mod tests {
                 dpo: Some(DpoArgs::default()),
                 ..grpo
             },
+            Recipe::Reward => GRPOArgs {
+                lr: 1e-5,
+                num_generations: 1,
+                rewards: Vec::new(),
+                reward_model: Some(RewardModelArgs::default()),
+                ..grpo
+            },
         }
     }
 
@@ -486,6 +508,7 @@ mod tests {
             Recipe::A2c,
             Recipe::Trpo,
             Recipe::Dpo,
+            Recipe::Reward,
         ] {
             assert_eq!(GRPOArgs::preset(recipe), old_preset(recipe), "{recipe}");
         }

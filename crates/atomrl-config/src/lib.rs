@@ -34,9 +34,11 @@ pub use args::{AccuracySpec, GRPOArgs, LoraArgs, LrSchedule, Recipe, RewardSpec}
 pub use atomrl_core::{ComputeDtype, DeviceSpec};
 pub use load::load_args;
 pub use parts::{LossConfig, PolicyObjective, UpdateConfig};
-pub use preference::DpoArgs;
+pub use preference::{DpoArgs, RewardModelArgs};
 pub use resume::Resume;
-pub use rewards::{build_accuracy, build_rewards};
+pub use rewards::{
+    build_accuracy, build_rewards, build_rewards_with, ModelRewardLoader, MODEL_REWARD,
+};
 pub use tools::build_tools;
 pub use validate::validate;
 

@@ -77,6 +77,7 @@ const PPO_PRESET: &str = include_str!("../presets/ppo.toml");
 const A2C_PRESET: &str = include_str!("../presets/a2c.toml");
 const TRPO_PRESET: &str = include_str!("../presets/trpo.toml");
 const DPO_PRESET: &str = include_str!("../presets/dpo.toml");
+const REWARD_PRESET: &str = include_str!("../presets/reward.toml");
 
 /// The defaults of `recipe` as a TOML table: `grpo.toml` with the recipe's own file on top
 /// (its keys replace whole values, so `rewards = []` empties the list), and `recipe` set.
@@ -89,6 +90,7 @@ pub(super) fn preset_table(recipe: Recipe) -> toml::Table {
         Recipe::A2c => A2C_PRESET,
         Recipe::Trpo => TRPO_PRESET,
         Recipe::Dpo => DPO_PRESET,
+        Recipe::Reward => REWARD_PRESET,
     };
     let mut table = toml::Table::new();
     for text in [GRPO_PRESET, own] {

@@ -8,7 +8,7 @@ use atomrl_sample::SamplingParams;
 
 use super::actor_critic::CriticArgs;
 use super::args::{GRPOArgs, Recipe};
-use super::preference::DpoArgs;
+use super::preference::{DpoArgs, RewardModelArgs};
 
 /// The policy term of the loss.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,6 +175,16 @@ impl GRPOArgs {
     /// ```
     pub fn dpo(&self) -> DpoArgs {
         self.dpo.clone().unwrap_or_default()
+    }
+
+    /// The reward model's settings (`[reward_model]`, its defaults when absent).
+    ///
+    /// ```
+    /// use atomrl_config::{GRPOArgs, Recipe};
+    /// assert_eq!(GRPOArgs::preset(Recipe::Grpo).reward_model().center_rewards_coefficient, None);
+    /// ```
+    pub fn reward_model(&self) -> RewardModelArgs {
+        self.reward_model.clone().unwrap_or_default()
     }
 
     /// The options of [`atomrl_loss::compute_dpo_loss`] from `[dpo]`.

@@ -1,4 +1,5 @@
-//! The settings of the preference recipe `dpo` (`[dpo]`): the loss on each pair.
+//! The settings of the preference recipes: `dpo`'s loss on each pair (`[dpo]`) and the
+//! reward model's (`[reward_model]`).
 
 use atomrl_loss::DpoLossType;
 use serde::{Deserialize, Serialize};
@@ -37,4 +38,20 @@ impl Default for DpoArgs {
 
 fn default_beta() -> f64 {
     0.1
+}
+
+/// The reward model's loss (`[reward_model]`), with TRL's `RewardConfig` defaults.
+///
+/// ```
+/// use atomrl_config::{GRPOArgs, Recipe};
+/// let r = GRPOArgs::preset(Recipe::Reward);
+/// assert_eq!((r.lr, r.reward_model().center_rewards_coefficient), (1e-5, None));
+/// ```
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RewardModelArgs {
+    /// `c` of the centring term `c · mean((r_c + r_r)²)`, which keeps the scores near 0
+    /// (Eisenstein et al., 2023; TRL `center_rewards_coefficient`); absent: none.
+    #[serde(default)]
+    pub center_rewards_coefficient: Option<f64>,
 }

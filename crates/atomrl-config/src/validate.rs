@@ -108,7 +108,7 @@ fn check_counts(a: &GRPOArgs) -> Result<()> {
 
 /// What the recipe needs: groups and rewards for GRPO/DAPO, a valid `[lora]` table.
 fn check_recipe(a: &GRPOArgs) -> Result<()> {
-    if a.recipe != Recipe::Sft {
+    if !matches!(a.recipe, Recipe::Sft | Recipe::Reward) {
         // A critic is its own baseline; a group's mean needs two completions.
         let min = if a.recipe.has_critic() { 1 } else { 2 };
         at_least("num_generations", a.num_generations, min)?;
@@ -192,8 +192,14 @@ fn check_critic(a: &GRPOArgs) -> Result<()> {
     Ok(())
 }
 
-/// DPO's loss settings.
+/// DPO's and the reward model's loss settings.
 fn check_dpo(a: &GRPOArgs) -> Result<()> {
+    if a.recipe == Recipe::Reward {
+        if let Some(c) = a.reward_model().center_rewards_coefficient {
+            non_negative("reward_model.center_rewards_coefficient", c)?;
+        }
+        return Ok(());
+    }
     if a.recipe != Recipe::Dpo {
         return Ok(());
     }

@@ -123,6 +123,8 @@ pub const EVAL_FORMAT_RATE: &str = "eval/format_rate";
 pub const EVAL_COMPLETION_LENGTH: &str = "eval/completion_length";
 /// Held-out loss (SFT).
 pub const EVAL_LOSS: &str = "eval/loss";
+/// Share of held-out preference pairs ranked right (DPO, reward models).
+pub const EVAL_PAIR_ACCURACY: &str = "eval/pair_accuracy";
 /// Held-out mean tool calls per completion (runs with tools).
 pub const EVAL_TOOLS_CALLS_PER_COMPLETION: &str = "eval/tools/calls_per_completion";
 /// Held-out share of failed tool calls (runs with tools).

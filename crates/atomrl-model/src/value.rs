@@ -1,6 +1,8 @@
-//! [`ValueModel`]: a critic for PPO — a causal LM's transformer with a scalar head on every
-//! position, saved in the layout `transformers` reads as `AutoModelForTokenClassification`
-//! with `num_labels = 1` (verl's critic).
+//! [`ValueModel`]: a causal LM's transformer with a scalar head — PPO's critic (the head on
+//! every position, saved in the layout `transformers` reads as
+//! `AutoModelForTokenClassification` with `num_labels = 1`, verl's critic) or a reward model
+//! (the head read at each sequence's last token, saved as `AutoModelForSequenceClassification`,
+//! TRL's `RewardTrainer`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -49,7 +51,33 @@ pub const SCORE_BIAS: &str = "score.bias";
 pub struct ValueModel {
     backbone: CausalLm,
     weight: Var,
+    /// Zero and untrained in the [`HeadLayout::Sequence`] layout (transformers' head has none).
     bias: Var,
+    layout: HeadLayout,
+    /// Written to the saved `config.json` (transformers' sequence classifier finds each row's
+    /// last token by it).
+    pad_token_id: Option<u32>,
+}
+
+/// Which `transformers` head class a [`ValueModel`] is saved as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadLayout {
+    /// `<Arch>ForTokenClassification` (`score.weight` and `score.bias`): a value per position,
+    /// PPO's critic.
+    Token,
+    /// `<Arch>ForSequenceClassification` (`score.weight`, no bias, `pad_token_id` in the
+    /// config): a score per sequence read at its last real token, a reward model.
+    Sequence,
+}
+
+impl HeadLayout {
+    /// The class-name suffix that replaces `ForCausalLM`.
+    fn suffix(self) -> &'static str {
+        match self {
+            Self::Token => "ForTokenClassification",
+            Self::Sequence => "ForSequenceClassification",
+        }
+    }
 }
 
 impl ValueModel {
@@ -62,6 +90,22 @@ impl ValueModel {
     ///
     /// See [`ValueModel`] for an example.
     pub fn from_policy(policy: &CausalLm) -> Result<Self> {
+        Self::from_policy_with_layout(policy, HeadLayout::Token)
+    }
+
+    /// A reward model starting from `policy`'s weights (copied) with a head of zeros, saved as
+    /// `AutoModelForSequenceClassification` ([`HeadLayout::Sequence`]); TRL's `RewardTrainer`
+    /// starts from the SFT model too.
+    ///
+    /// # Errors
+    /// Allocation failures.
+    ///
+    /// See [`ValueModel::sequence_scores`] for an example.
+    pub fn reward_model_from_policy(policy: &CausalLm) -> Result<Self> {
+        Self::from_policy_with_layout(policy, HeadLayout::Sequence)
+    }
+
+    fn from_policy_with_layout(policy: &CausalLm, layout: HeadLayout) -> Result<Self> {
         let func = "ValueModel::from_policy";
         let backbone = policy.frozen_copy()?;
         let h = backbone.config().hidden_size;
@@ -70,18 +114,32 @@ impl ValueModel {
             weight: zeros(&[1, h])?,
             bias: zeros(&[1])?,
             backbone,
+            layout,
+            pad_token_id: None,
         })
     }
 
-    /// Loads a critic saved by [`ValueModel::save_hf`] (or any `transformers`
-    /// token-classification checkpoint with one label).
+    /// The layout this model is saved in.
+    pub fn layout(&self) -> HeadLayout {
+        self.layout
+    }
+
+    /// Sets the `pad_token_id` [`ValueModel::save_hf`] writes into `config.json` (the
+    /// tokenizer's: transformers' sequence classifier pools at the last token that is not it).
+    pub fn set_pad_token_id(&mut self, id: u32) {
+        self.pad_token_id = Some(id);
+    }
+
+    /// Loads a model saved by [`ValueModel::save_hf`] (or any `transformers` token- or
+    /// sequence-classification checkpoint with one label; the `architectures` entry of its
+    /// `config.json` gives the layout).
     ///
     /// # Errors
     /// [`Error::File`] for a missing folder, weight or head; a head of another shape.
     pub fn from_hf_dir(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
         let func = "ValueModel::from_hf_dir";
         let dir = dir.as_ref();
-        let config = critic_config(dir)?;
+        let (config, layout) = critic_config(dir)?;
         let mut tensors: HashMap<String, Tensor> = load_safetensors_dir(dir, DType::F32, device)?;
         let head = |t: &mut HashMap<String, Tensor>, name: &str, shape: &[usize]| {
             let x = t.remove(name).ok_or_else(|| {
@@ -104,7 +162,10 @@ impl ValueModel {
             Var::from_tensor(&x).ctx(func)
         };
         let weight = head(&mut tensors, SCORE_WEIGHT, &[1, config.hidden_size])?;
-        let bias = head(&mut tensors, SCORE_BIAS, &[1])?;
+        let bias = match layout {
+            HeadLayout::Token => head(&mut tensors, SCORE_BIAS, &[1])?,
+            HeadLayout::Sequence => Var::zeros(1, DType::F32, device).ctx(func)?,
+        };
         if !config.tie_word_embeddings && !tensors.contains_key("lm_head.weight") {
             // A critic has no LM head; the backbone's is never used, so zeros stand in.
             let lm = Tensor::zeros((config.vocab_size, config.hidden_size), DType::F32, device)
@@ -116,6 +177,8 @@ impl ValueModel {
             backbone,
             weight,
             bias,
+            layout,
+            pad_token_id: None,
         })
     }
 
@@ -194,8 +257,56 @@ impl ValueModel {
             .ctx(func)
     }
 
+    /// Each sequence's score `[N]`: the head at its last real token (the last position whose
+    /// `attention_mask` is 1), as transformers' `ForSequenceClassification` pools at the last
+    /// non-pad token. `input_ids [N, L]` may be padded on both sides.
+    ///
+    /// # Errors
+    /// A row with no real token; as [`CausalLm::forward`].
+    ///
+    /// ```
+    /// use atomrl_model::{Architecture, CausalLm, ModelConfig, ValueModel};
+    /// use candle_core::{DType, Device, Tensor};
+    /// let d = Device::Cpu;
+    /// let policy = CausalLm::from_config_random(ModelConfig::new(Architecture::Qwen2, 16, 8, 8, 1, 2, 1)?, 1, DType::F32, &d)?;
+    /// let rm = ValueModel::reward_model_from_policy(&policy)?;
+    /// let ids = Tensor::new(&[[0u32, 2, 3, 4], [5, 6, 0, 0]], &d)?;
+    /// let mask = Tensor::new(&[[0f32, 1.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0]], &d)?;
+    /// assert_eq!(rm.sequence_scores(&ids, &mask)?.to_vec1::<f32>()?, [0.0, 0.0]); // a fresh head
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sequence_scores(&self, input_ids: &Tensor, attention_mask: &Tensor) -> Result<Tensor> {
+        let func = "ValueModel::sequence_scores";
+        let mask: Vec<Vec<f32>> = attention_mask
+            .to_dtype(DType::F32)
+            .and_then(|m| m.to_vec2())
+            .ctx(func)?;
+        let mut last = Vec::with_capacity(mask.len());
+        for (i, row) in mask.iter().enumerate() {
+            let Some(l) = row.iter().rposition(|&m| m != 0.0) else {
+                return Err(Error::value(
+                    func,
+                    format!("attention_mask[{i}]"),
+                    "at least one real token",
+                    "a row of padding",
+                ));
+            };
+            last.push(l as u32);
+        }
+        let input =
+            ForwardInput::new(input_ids.clone()).with_attention_mask(attention_mask.clone());
+        let values = self.values(&input)?;
+        let index = Tensor::new(last, values.device())
+            .and_then(|t| t.unsqueeze(1))
+            .ctx(func)?;
+        values
+            .gather(&index, 1)
+            .and_then(|v| v.squeeze(1))
+            .ctx(func)
+    }
+
     /// Every parameter: the transformer's (without the unused LM head) and the head's
-    /// (`score.weight`, `score.bias`), by their saved names.
+    /// (`score.weight`, and `score.bias` in the token layout), by their saved names.
     pub fn named_vars(&self) -> Vec<(String, Var)> {
         let mut vars: Vec<(String, Var)> = self
             .backbone
@@ -203,9 +314,16 @@ impl ValueModel {
             .into_iter()
             .filter(|(name, _)| name != LM_HEAD)
             .collect();
-        vars.push((SCORE_WEIGHT.into(), self.weight.clone()));
-        vars.push((SCORE_BIAS.into(), self.bias.clone()));
+        self.push_head(&mut vars);
         vars
+    }
+
+    /// The head's parameters, by their saved names.
+    fn push_head(&self, vars: &mut Vec<(String, Var)>) {
+        vars.push((SCORE_WEIGHT.into(), self.weight.clone()));
+        if self.layout == HeadLayout::Token {
+            vars.push((SCORE_BIAS.into(), self.bias.clone()));
+        }
     }
 
     /// What the critic's optimizer trains: with LoRA the transformer's adapters and the head,
@@ -228,8 +346,7 @@ impl ValueModel {
             return self.named_vars();
         }
         let mut vars = self.backbone.lora_vars();
-        vars.push((SCORE_WEIGHT.into(), self.weight.clone()));
-        vars.push((SCORE_BIAS.into(), self.bias.clone()));
+        self.push_head(&mut vars);
         vars
     }
 
@@ -247,8 +364,8 @@ impl ValueModel {
         &self.backbone
     }
 
-    /// Saves the critic to `dir` in `transformers`' token-classification layout (see
-    /// [`ValueModel`]), in f32, with LoRA adapters merged; a critic with adapters also writes
+    /// Saves the model to `dir` in its `transformers` layout (see [`ValueModel`] and
+    /// [`HeadLayout`]), in f32, with LoRA adapters merged; a critic with adapters also writes
     /// them unmerged to [`CRITIC_ADAPTERS_FILE`], which [`ValueModel::load_trainable`] reads
     /// back.
     ///
@@ -258,8 +375,9 @@ impl ValueModel {
         let dir = dir.as_ref();
         let mut weights: BTreeMap<String, Tensor> = self.backbone.merged_weights()?;
         weights.remove(LM_HEAD);
-        weights.insert(SCORE_WEIGHT.into(), self.weight.as_detached_tensor());
-        weights.insert(SCORE_BIAS.into(), self.bias.as_detached_tensor());
+        let mut head = Vec::new();
+        self.push_head(&mut head);
+        weights.extend(head.into_iter().map(|(n, v)| (n, v.as_detached_tensor())));
         self.backbone.save_hf_folder(dir, &weights, DType::F32)?;
         if self.backbone.lora_config().is_some() {
             let adapters: BTreeMap<String, Tensor> = self
@@ -277,9 +395,12 @@ impl ValueModel {
         let arch = config["architectures"][0]
             .as_str()
             .unwrap_or("Qwen2ForCausalLM")
-            .replace("ForCausalLM", "ForTokenClassification");
+            .replace("ForCausalLM", self.layout.suffix());
         config["architectures"] = serde_json::json!([arch]);
         config["num_labels"] = 1.into();
+        if let Some(pad) = self.pad_token_id {
+            config["pad_token_id"] = pad.into();
+        }
         config["id2label"] = serde_json::json!({"0": "LABEL_0"});
         config["label2id"] = serde_json::json!({"LABEL_0": 0});
         let text =
@@ -347,24 +468,33 @@ impl ValueModel {
     }
 }
 
-/// The backbone's configuration of the critic in `dir`: its `config.json` read as the causal
-/// LM of the same architecture (`Qwen2ForTokenClassification` → `Qwen2ForCausalLM`).
-fn critic_config(dir: &Path) -> Result<crate::ModelConfig> {
+/// The backbone's configuration of the model in `dir` (its `config.json` read as the causal
+/// LM of the same architecture: `Qwen2ForTokenClassification` → `Qwen2ForCausalLM`) and the
+/// head layout its class names.
+fn critic_config(dir: &Path) -> Result<(crate::ModelConfig, HeadLayout)> {
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path).map_err(|e| Error::file(path.display(), e))?;
     let mut json: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| Error::file(path.display(), e))?;
+    let mut layout = HeadLayout::Token;
     if let Some(archs) = json["architectures"].as_array_mut() {
         for a in archs.iter_mut() {
             if let Some(name) = a.as_str() {
-                *a = name.replace("ForTokenClassification", "ForCausalLM").into();
+                if name.ends_with(HeadLayout::Sequence.suffix()) {
+                    layout = HeadLayout::Sequence;
+                }
+                *a = name
+                    .replace(HeadLayout::Token.suffix(), "ForCausalLM")
+                    .replace(HeadLayout::Sequence.suffix(), "ForCausalLM")
+                    .into();
             }
         }
     }
-    crate::ModelConfig::from_json(&json).map_err(|e| match e {
+    let config = crate::ModelConfig::from_json(&json).map_err(|e| match e {
         Error::File { message, .. } => Error::file(path.display(), message),
         other => other,
-    })
+    })?;
+    Ok((config, layout))
 }
 
 #[cfg(test)]
@@ -400,6 +530,94 @@ mod tests {
             .named_vars()
             .iter()
             .all(|(_, var)| grads.get(var.as_tensor()).is_none()));
+    }
+
+    /// Writes a reward model and its scores for
+    /// `xtask/fixtures/check_reward_model_transformers.py` (ignored: run by hand where
+    /// transformers is installed).
+    #[test]
+    #[ignore]
+    fn write_reward_model_for_transformers() {
+        let dir = std::path::PathBuf::from("/tmp/atomrl-reward-model-check");
+        let model_dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/reference/models/tiny-qwen2"
+        );
+        let p = CausalLm::from_hf_dir(model_dir, DType::F32, &Device::Cpu).unwrap();
+        let mut rm = ValueModel::reward_model_from_policy(&p).unwrap();
+        rm.set_pad_token_id(0);
+        let h = p.config().hidden_size;
+        let w: Vec<f32> = (0..h).map(|i| ((i * 5 % 13) as f32 - 6.0) / 10.0).collect();
+        rm.weight
+            .set(&Tensor::from_vec(w, (1, h), &Device::Cpu).unwrap())
+            .unwrap();
+        rm.save_hf(&dir).unwrap();
+        // Right-padded rows (transformers pools at the last token that is not the pad id).
+        let ids = vec![vec![5u32, 9, 17, 33, 0, 0], vec![4, 8, 15, 16, 23, 42]];
+        let mask = vec![vec![1f32, 1.0, 1.0, 1.0, 0.0, 0.0], vec![1.0; 6]];
+        let scores: Vec<f32> = rm
+            .sequence_scores(
+                &Tensor::new(ids.clone(), &Device::Cpu).unwrap(),
+                &Tensor::new(mask.clone(), &Device::Cpu).unwrap(),
+            )
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let case = serde_json::json!({"input_ids": ids, "attention_mask": mask, "scores": scores});
+        std::fs::write(dir.join("scores.json"), case.to_string()).unwrap();
+    }
+
+    /// A reward model saved in the sequence-classification layout (no bias, the pad id in its
+    /// config) loads back with the same scores, which read each row's last real token.
+    #[test]
+    fn reward_models_save_as_sequence_classifiers_and_score_the_last_token() {
+        let p = policy();
+        let mut rm = ValueModel::reward_model_from_policy(&p).unwrap();
+        rm.set_pad_token_id(7);
+        let h = p.config().hidden_size;
+        let w: Vec<f32> = (0..h).map(|i| (i as f32 - 3.0) / 7.0).collect();
+        rm.weight
+            .set(&Tensor::from_vec(w, (1, h), &Device::Cpu).unwrap())
+            .unwrap();
+        assert_eq!(rm.trainable_vars().last().unwrap().0, SCORE_WEIGHT);
+        assert!(rm.named_vars().iter().all(|(n, _)| n != SCORE_BIAS));
+        let d = Device::Cpu;
+        let ids = Tensor::new(&[[0u32, 2, 3, 4], [5, 6, 7, 7]], &d).unwrap();
+        let mask = Tensor::new(&[[0f32, 1.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0]], &d).unwrap();
+        let scores: Vec<f32> = rm.sequence_scores(&ids, &mask).unwrap().to_vec1().unwrap();
+        let all: Vec<Vec<f32>> = rm
+            .values(&ForwardInput::new(ids.clone()).with_attention_mask(mask.clone()))
+            .unwrap()
+            .to_vec2()
+            .unwrap();
+        assert_eq!(scores, [all[0][3], all[1][1]]);
+        let dir = std::env::temp_dir().join(format!("atomrl-rm-{}", std::process::id()));
+        rm.save_hf(&dir).unwrap();
+        let config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap())
+                .unwrap();
+        assert_eq!(config["architectures"][0], "Qwen2ForSequenceClassification");
+        assert_eq!(
+            (
+                config["num_labels"].as_u64(),
+                config["pad_token_id"].as_u64()
+            ),
+            (Some(1), Some(7))
+        );
+        let back = ValueModel::from_hf_dir(&dir, &d).unwrap();
+        assert_eq!(back.layout(), HeadLayout::Sequence);
+        let again: Vec<f32> = back
+            .sequence_scores(&ids, &mask)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        assert_eq!(again, scores);
+        let _ = std::fs::remove_dir_all(&dir);
+        let err = rm
+            .sequence_scores(&ids, &Tensor::zeros((2, 4), DType::F32, &d).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("attention_mask[0]"), "{err}");
     }
 
     /// Writes a critic and its values for `xtask/fixtures/check_critic_transformers.py`

@@ -28,12 +28,39 @@ pub struct EvalResult {
     pub count: usize,
     /// A few (prompt, completion, correct) triples for the log.
     pub samples: Vec<(String, String, f64)>,
-    /// Teacher-forced completion loss (SFT only).
+    /// The recipe's held-out loss: SFT's teacher-forced completion loss, the pairs' DPO or
+    /// reward-model loss.
     pub loss: Option<f64>,
+    /// Share of held-out preference pairs ranked right (DPO's implicit rewards, a reward
+    /// model's scores).
+    pub pair_accuracy: Option<f64>,
     /// With tools: mean tool calls per completion.
     pub tool_calls: Option<f64>,
     /// With tools: the share of calls that failed.
     pub tool_error_rate: Option<f64>,
+}
+
+impl EvalResult {
+    /// The result of an evaluation that decoded nothing (a reward model's run evaluates its
+    /// held-out pairs only): NaN rates, no example, no loss.
+    ///
+    /// ```
+    /// let r = atomrl_rollout::EvalResult::without_generation();
+    /// assert!(r.accuracy.is_nan() && r.count == 0 && r.loss.is_none());
+    /// ```
+    pub fn without_generation() -> Self {
+        Self {
+            accuracy: f64::NAN,
+            format_rate: f64::NAN,
+            mean_length: f64::NAN,
+            count: 0,
+            samples: Vec::new(),
+            loss: None,
+            pair_accuracy: None,
+            tool_calls: None,
+            tool_error_rate: None,
+        }
+    }
 }
 
 /// What an evaluation decodes and scores.
@@ -108,6 +135,7 @@ pub fn evaluate(d: &EvalData<'_>, workers: usize, comm: &dyn Collective) -> Resu
         count: d.examples.len(),
         samples: total.samples,
         loss: None,
+        pair_accuracy: None,
         tool_calls: d.tools.map(|_| total.calls / n),
         tool_error_rate: d.tools.map(|_| total.failed_calls / total.calls.max(1.0)),
     })

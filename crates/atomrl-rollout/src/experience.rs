@@ -8,14 +8,17 @@ use atomrl_core::{CandleContext, Error, Result};
 use atomrl_logprob::SharedPromptBatch;
 use candle_core::{Device, Tensor};
 
-/// A row's place in a preference pair (DPO): rows of the same `pair` id are compared, the
-/// `chosen` one preferred.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A row's place in a preference pair (DPO, reward models): rows of the same `pair` id are
+/// compared, the `chosen` one preferred.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PairRole {
     /// The pair's id.
     pub pair: u32,
     /// This row is the preferred completion of its pair.
     pub chosen: bool,
+    /// How much better the chosen completion is (the dataset's `margin`; 0 when none), the
+    /// same on both rows of a pair: a reward model's loss asks for at least this gap.
+    pub margin: f32,
 }
 
 /// The global normaliser of a step's loss: every micro-batch divides by the whole step's

@@ -32,6 +32,7 @@ pub mod eval;
 pub mod experience;
 mod log_probs;
 pub mod make;
+mod model_reward;
 mod pairs;
 pub mod parallel;
 pub mod prompt;
@@ -46,7 +47,10 @@ pub use eval::{evaluate, EvalData, EvalResult};
 pub use experience::{Experience, LossNormalizer, PairRole, TokenRow};
 pub use log_probs::{experience_log_probs, sharded_log_probs};
 pub use make::{make_experience, sampling_seed, ExperienceConfig, PromptBatch};
-pub use pairs::{best_worst_pairs, pair_sums, split_pairs, PairRow};
+pub use model_reward::ModelReward;
+pub use pairs::{
+    best_worst_pairs, pair_margins, pair_sums, sample_preference_pairs, split_pairs, PairRow,
+};
 pub use prompt::{EncodedPrompt, PromptEncoder};
 pub use rollout::RolloutContext;
 pub use summary::{RolloutSummary, ToolSummary};

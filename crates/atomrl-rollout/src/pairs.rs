@@ -53,11 +53,13 @@ pub fn best_worst_pairs(exp: &Experience) -> Result<Experience> {
         if let Some((best, worst)) = extremes(&exp.rewards[start..end]) {
             let pair = roles.len() as u32 / 2;
             order.extend([(start + best) as u32, (start + worst) as u32]);
-            roles.push(PairRole { pair, chosen: true });
-            roles.push(PairRole {
-                pair,
-                chosen: false,
-            });
+            for chosen in [true, false] {
+                roles.push(PairRole {
+                    pair,
+                    chosen,
+                    margin: 0.0,
+                });
+            }
         }
         start = end;
     }
@@ -82,8 +84,8 @@ pub type PairRow<'a> = (&'a [u32], &'a [u32], &'a [u32]);
 impl Experience {
     /// The interleaved pair experience of `(prompt, chosen, rejected)` rows (offline DPO, reward
     /// models): rows `2i` and `2i + 1` are pair `i`'s chosen and rejected completions of its
-    /// prompt, every completion token in the loss, [`Experience::pairs`] set, each pair its own
-    /// group.
+    /// prompt, every completion token in the loss, [`Experience::pairs`] set (margins 0), each
+    /// pair its own group.
     ///
     /// # Errors
     /// Tensor failures.
@@ -117,6 +119,7 @@ impl Experience {
                 .map(|r| PairRole {
                     pair: r / 2,
                     chosen: r % 2 == 0,
+                    margin: 0.0,
                 })
                 .collect(),
         );
@@ -157,6 +160,111 @@ pub fn pair_sums(exp: &Experience, per_token: &Tensor) -> Result<(Tensor, Tensor
         .and_then(|t| t.sum(1))
         .ctx(func)?;
     split_pairs(&sums)
+}
+
+/// The margin of each pair of an interleaved pair experience `[N]` (read from its chosen
+/// rows).
+///
+/// # Errors
+/// [`Error::Value`] when `exp` has no pairs; tensor failures.
+///
+/// ```
+/// use atomrl_rollout::{pair_margins, Experience};
+/// use candle_core::Device;
+/// let rows: [(&[u32], &[u32], &[u32]); 2] = [(&[1], &[2], &[3]), (&[1], &[4], &[5])];
+/// let mut e = Experience::from_pairs(&rows, 0, &Device::Cpu)?;
+/// e.pairs.as_mut().unwrap()[2].margin = 1.5;
+/// assert_eq!(pair_margins(&e)?.to_vec1::<f32>()?, [0.0, 1.5]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn pair_margins(exp: &Experience) -> Result<Tensor> {
+    let func = "pair_margins";
+    let Some(roles) = &exp.pairs else {
+        return Err(Error::value(
+            func,
+            "exp.pairs",
+            "an interleaved pair experience",
+            "rows without pairs",
+        ));
+    };
+    let margins: Vec<f32> = roles.iter().step_by(2).map(|r| r.margin).collect();
+    Tensor::new(margins, exp.input_ids.device()).ctx(func)
+}
+
+/// Text preference pairs from the policy's own samples (what a reward model or offline DPO
+/// can train on): for each example, `params.num_generations` completions scored by
+/// `ctx.rewards`; where the scores differ, up to `pairs_per_prompt` distinct pairs of a
+/// best-scoring answer preferred to a worst-scoring one (with 1, the first best against the
+/// first worst, [`best_worst_pairs`]' rule; more pairs pair every best with every worst,
+/// spread over both sides). Pairs whose two answers are the same text, or an empty one, are
+/// left out. Each pair keeps its example's prompt and ground truth; no margin is set.
+///
+/// # Errors
+/// Prompt encoding, generation or reward failures; a failed collective.
+pub fn sample_preference_pairs(
+    ctx: &crate::RolloutContext<'_>,
+    par: crate::parallel::Parallel<'_>,
+    params: &atomrl_sample::SamplingParams,
+    encoder: &crate::PromptEncoder,
+    examples: &[atomrl_data::Example],
+    pairs_per_prompt: usize,
+) -> Result<Vec<atomrl_data::Example>> {
+    let prompts = examples
+        .iter()
+        .map(|e| encoder.encode(ctx.tokenizer, e))
+        .collect::<Result<Vec<_>>>()?;
+    let truth: Vec<String> = examples.iter().map(|e| e.ground_truth.clone()).collect();
+    let scored = crate::rollout::generate_group_rows(ctx, par, params, &prompts, &truth)?;
+    let g = params.num_generations.max(1);
+    let mut out = Vec::new();
+    for (i, example) in examples.iter().enumerate() {
+        let rows = i * g..(i + 1) * g;
+        let answer = |k: usize| scored.completions[rows.start + k].answer.as_str();
+        let mut seen = std::collections::HashSet::new();
+        for (best, worst) in extreme_pairs(&scored.rewards[rows.clone()]) {
+            let (chosen, rejected) = (answer(best), answer(worst));
+            if seen.len() >= pairs_per_prompt
+                || chosen == rejected
+                || chosen.trim().is_empty()
+                || rejected.trim().is_empty()
+                || !seen.insert((chosen, rejected))
+            {
+                continue;
+            }
+            out.push(atomrl_data::Example {
+                preference: Some(atomrl_data::Preference {
+                    chosen: chosen.to_string(),
+                    rejected: rejected.to_string(),
+                    margin: None,
+                }),
+                completion: None,
+                ..example.clone()
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Every (best, worst) index pair of a group whose rewards differ, in an order that spreads
+/// both sides: `(b₀, w₀), (b₁, w₁), …`, diagonal by diagonal.
+fn extreme_pairs(rewards: &[f32]) -> Vec<(usize, usize)> {
+    let Some((b, w)) = extremes(rewards) else {
+        return Vec::new();
+    };
+    let best: Vec<usize> = (0..rewards.len())
+        .filter(|&i| rewards[i] == rewards[b])
+        .collect();
+    let worst: Vec<usize> = (0..rewards.len())
+        .filter(|&i| rewards[i] == rewards[w])
+        .collect();
+    let mut pairs: Vec<(usize, usize)> = (0..best.len())
+        .flat_map(|i| (0..worst.len()).map(move |j| (i, j)))
+        .collect();
+    pairs.sort_by_key(|&(i, j)| ((j + worst.len() - i % worst.len()) % worst.len(), i));
+    pairs
+        .into_iter()
+        .map(|(i, j)| (best[i], worst[j]))
+        .collect()
 }
 
 /// The first index of the highest and of the lowest reward, unless they are equal.
@@ -274,6 +382,17 @@ mod tests {
                 prop_assert_eq!(first, Some(ids[c] as usize));
             }
         }
+    }
+
+    #[test]
+    fn extreme_pairs_spread_both_sides_without_repeats() {
+        // Best rows 1, 4 (reward 2); worst rows 0, 2, 3 (reward 0).
+        let pairs = extreme_pairs(&[0.0, 2.0, 0.0, 0.0, 2.0, 1.0]);
+        assert_eq!(pairs.len(), 6);
+        assert_eq!(&pairs[..2], [(1, 0), (4, 2)]);
+        let unique: std::collections::HashSet<_> = pairs.iter().collect();
+        assert_eq!(unique.len(), 6);
+        assert!(extreme_pairs(&[1.0, 1.0]).is_empty());
     }
 
     #[test]

@@ -93,7 +93,8 @@ impl PromptEncoder {
     }
 
     /// The pair experience of preference `examples` ([`Experience::from_pairs`]): each
-    /// prompt encoded, each side [`encode_target`](Self::encode_target)ed.
+    /// prompt encoded, each side [`encode_target`](Self::encode_target)ed, each pair's
+    /// `margin` (0 when absent) on its rows.
     ///
     /// # Errors
     /// [`atomrl_core::Error::Value`] naming `examples` when one has no preference pair;
@@ -139,6 +140,13 @@ impl PromptEncoder {
             .iter()
             .map(|(p, c, r)| (p.as_slice(), c.as_slice(), r.as_slice()))
             .collect();
-        crate::Experience::from_pairs(&rows, tokenizer.pad_token_id(), device)
+        let mut exp = crate::Experience::from_pairs(&rows, tokenizer.pad_token_id(), device)?;
+        if let Some(roles) = exp.pairs.as_mut() {
+            for role in roles.iter_mut() {
+                let e = examples[role.pair as usize];
+                role.margin = e.preference.as_ref().and_then(|p| p.margin).unwrap_or(0.0) as f32;
+            }
+        }
+        Ok(exp)
     }
 }

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use atomrl_core::shape::scalar_f64;
 use atomrl_core::{CandleContext, Result};
 use atomrl_loss::{compute_dpo_loss, DpoOptions};
 use atomrl_model::CausalLm;
@@ -21,7 +22,7 @@ use crate::config::GRPOArgs;
 use crate::data::{EpochSampler, Example};
 use crate::grpo::{step_report, GrpoStep, UpdateStats};
 use crate::logging::keys;
-use crate::recipe::{RecipeStep, RunData, StepExperience, StepReport};
+use crate::recipe::{held_out_pairs, HeldOut, RecipeStep, RunData, StepExperience, StepReport};
 use crate::state::TrainState;
 
 /// The function errors name.
@@ -186,37 +187,25 @@ impl RecipeStep for DpoStep {
         Ok(report)
     }
 
-    /// Offline DPO's held-out loss: the mean DPO loss of the held-out pairs (`eval/loss`).
-    fn eval_loss(&self, run: &RunData, state: &TrainState) -> Result<Option<f64>> {
-        let pairs: Vec<&Example> = run
-            .eval_set
-            .iter()
-            .filter(|e| e.preference.is_some())
-            .collect();
-        if pairs.is_empty() {
-            return Ok(None);
-        }
+    /// Offline DPO's held-out pairs: their mean DPO loss (`eval/loss`) and the share whose
+    /// implicit rewards rank them right (`eval/pair_accuracy`).
+    fn held_out(&self, run: &RunData, state: &TrainState) -> Result<HeldOut> {
         let view = state.model.detached();
-        let mut total = 0.0;
-        for chunk in pairs.chunks(EVAL_PAIRS_BATCH) {
-            let mut exp = dataset_pairs(run, chunk, state)?;
-            exp.ref_log_probs =
-                Some(experience_log_probs(&self.reference, &exp, 1.0, false)?.log_probs);
-            if let Some((loss, _)) = pair_loss(&view, &exp, pairs.len() as f64, &self.options)? {
-                total += loss
-                    .to_dtype(candle_core::DType::F64)
-                    .and_then(|l| l.to_scalar::<f64>())
-                    .ctx(FUNC)?;
-            } else {
-                return Ok(Some(f64::NAN));
-            }
-        }
-        Ok(Some(total))
+        let measured = held_out_pairs(run, state, |mut exp, total| {
+            let reference = experience_log_probs(&self.reference, &exp, 1.0, false)?;
+            exp.ref_log_probs = Some(reference.log_probs);
+            let Some((loss, s)) = pair_loss(&view, &exp, total, &self.options)? else {
+                return Ok(None);
+            };
+            Ok(Some((scalar_f64(FUNC, &loss)?, s.correct)))
+        })?;
+        Ok(HeldOut {
+            loss: measured.map(|m| m.0),
+            pair_accuracy: measured.map(|m| m.1),
+            generation: true,
+        })
     }
 }
-
-/// Held-out pairs per forward of [`DpoStep::eval_loss`].
-const EVAL_PAIRS_BATCH: usize = 16;
 
 /// The report of an offline step: the update's loss and gradient norm (NaN when none ran), the
 /// learning rate, the skip flag and its warning, the step time.

@@ -24,6 +24,7 @@ pub mod checkpoint;
 mod dpo;
 pub mod grpo;
 mod recipe;
+pub mod reward_model;
 pub mod run;
 pub mod runtime;
 pub mod sft;

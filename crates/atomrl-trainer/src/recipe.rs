@@ -96,8 +96,68 @@ pub(crate) trait RecipeStep: Send {
         Ok(())
     }
 
-    /// The held-out loss, for a recipe that has one (SFT's teacher-forced loss).
-    fn eval_loss(&self, _run: &RunData, _state: &TrainState) -> Result<Option<f64>> {
-        Ok(None)
+    /// The recipe's own held-out measures: a loss (SFT's teacher-forced loss, the pairs' DPO
+    /// or reward-model loss), the share of held-out pairs ranked right, and whether greedy
+    /// decoding of the held-out prompts is also worth measuring (not for a reward model).
+    fn held_out(&self, _run: &RunData, _state: &TrainState) -> Result<HeldOut> {
+        Ok(HeldOut::default())
     }
+}
+
+/// What [`RecipeStep::held_out`] measured.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeldOut {
+    pub loss: Option<f64>,
+    pub pair_accuracy: Option<f64>,
+    /// Greedy decoding of the held-out prompts measures this recipe's model.
+    pub generation: bool,
+}
+
+impl Default for HeldOut {
+    fn default() -> Self {
+        Self {
+            loss: None,
+            pair_accuracy: None,
+            generation: true,
+        }
+    }
+}
+
+/// Held-out pairs per forward of [`held_out_pairs`].
+const EVAL_PAIRS_BATCH: usize = 16;
+
+/// The held-out preference pairs of `run` (its evaluation examples that have one), encoded in
+/// batches; `score(batch, total_pairs)` gives each batch's share of the mean loss and its
+/// pairs ranked right (`None`: not finite). `(mean loss, pair accuracy)`; the loss is NaN when
+/// a batch was not finite; `None` without held-out pairs.
+pub(crate) fn held_out_pairs(
+    run: &RunData,
+    state: &TrainState,
+    mut score: impl FnMut(Experience, f64) -> Result<Option<(f64, f64)>>,
+) -> Result<Option<(f64, f64)>> {
+    let pairs: Vec<&Example> = run
+        .eval_set
+        .iter()
+        .filter(|e| e.preference.is_some())
+        .collect();
+    if pairs.is_empty() {
+        return Ok(None);
+    }
+    let total = pairs.len() as f64;
+    let (mut loss, mut correct) = (0.0, 0.0);
+    let max = run.args.max_completion_length;
+    for chunk in pairs.chunks(EVAL_PAIRS_BATCH) {
+        let device = state.model.device();
+        let exp = run
+            .encoder
+            .encode_pairs(&run.tokenizer, chunk, max, device)?;
+        match score(exp, total)? {
+            Some((l, c)) => {
+                loss += l;
+                correct += c;
+            }
+            None => loss = f64::NAN,
+        }
+    }
+    Ok(Some((loss, correct / total)))
 }

@@ -5,7 +5,8 @@ use std::rc::Rc;
 use atomrl_core::{DeviceSpec, Result};
 use atomrl_dist::{Collective, SingleProcess};
 
-use crate::config::{build_rewards, GRPOArgs, Recipe};
+use crate::config::{build_rewards_with, GRPOArgs, Recipe};
+use crate::rollout::EvalResult;
 use crate::runtime::{load_policy, set_threads};
 use crate::trainer::{GRPOTrainer, TrainSummary};
 
@@ -49,9 +50,14 @@ pub fn build_trainer(mut args: GRPOArgs, comm: Rc<dyn Collective>) -> Result<cra
     let device = args.device.open()?;
     let (model, tokenizer) = load_policy(&args, &device)?;
     let trainer = match args.recipe {
-        Recipe::Sft => crate::Trainer::sft(args, model, tokenizer)?,
+        Recipe::Sft | Recipe::Reward => crate::Trainer::sft(args, model, tokenizer)?,
         Recipe::Grpo | Recipe::Dapo | Recipe::Ppo | Recipe::A2c | Recipe::Trpo | Recipe::Dpo => {
-            let rewards = build_rewards(&args)?;
+            let load = |path: &str| -> Result<Box<dyn atomrl_reward::RewardFn>> {
+                let dir = crate::runtime::resolve_model_dir(path)?;
+                let rm = crate::rollout::ModelReward::load(dir, tokenizer.clone(), &device)?;
+                Ok(Box::new(rm))
+            };
+            let rewards = build_rewards_with(&args, Some(&load))?;
             GRPOTrainer::new(args, model, tokenizer, rewards)?
         }
     };
@@ -92,7 +98,21 @@ pub fn print_summary(s: &TrainSummary) {
         "== AtomRL run finished: {} steps in {:.1} s ({} skipped)",
         s.steps, s.seconds, s.skipped_steps
     );
-    match (&s.eval_before, &s.eval_after) {
+    if let (Some(b), Some(a)) = (&s.eval_before, &s.eval_after) {
+        if let (Some(pb), Some(pa)) = (b.pair_accuracy, a.pair_accuracy) {
+            println!(
+                "   held-out pair accuracy: {:.1}% -> {:.1}% ({:+.1} points)",
+                100.0 * pb,
+                100.0 * pa,
+                100.0 * (pa - pb)
+            );
+        }
+    }
+    let generated = |r: &&EvalResult| r.count > 0;
+    match (
+        s.eval_before.as_ref().filter(generated),
+        s.eval_after.as_ref().filter(generated),
+    ) {
         (Some(b), Some(a)) => println!(
             "   held-out greedy accuracy: {:.1}% -> {:.1}% ({:+.1} points, {} examples)",
             100.0 * b.accuracy,
@@ -122,4 +142,76 @@ pub fn print_summary(s: &TrainSummary) {
         println!("   checkpoint:  {}", ckpt.display());
         println!("   try it:      cargo run --release -p atomrl-cli --bin atomrl-infer -- --checkpoint {} \"What is 3+4?\"", ckpt.display());
     }
+}
+
+/// Preference pairs from the policy's own samples, for a reward model or offline DPO to train
+/// on: the policy, data, rewards and sampling of `args`; for the first `train_prompts` training
+/// examples and the first `eval_prompts` held-out ones, `num_generations` completions each,
+/// scored by the rewards, up to `pairs_per_prompt` pairs (held out: one) of a best answer
+/// preferred to a worst ([`atomrl_rollout::sample_preference_pairs`]). Returns `(train pairs, held-out pairs)`.
+///
+/// # Errors
+/// As [`run_recipe`] before training; generation and reward failures.
+pub fn sample_own_pairs(
+    mut args: GRPOArgs,
+    train_prompts: usize,
+    eval_prompts: usize,
+    pairs_per_prompt: usize,
+) -> Result<(Vec<crate::data::Example>, Vec<crate::data::Example>)> {
+    plan_cpu(&mut args, 1);
+    set_threads(args.threads);
+    let device = args.device.open()?;
+    let (model, tokenizer) = load_policy(&args, &device)?;
+    let load =
+        |source: &crate::data::DataSource, split: &str| crate::runtime::load_split(source, split);
+    let (train, eval) = crate::data::load_splits_with(
+        &args.dataset,
+        args.eval_dataset.as_deref(),
+        args.eval_size,
+        args.seed,
+        &load,
+    )?;
+    let rewards = crate::config::build_rewards(&args)?;
+    let accuracy = crate::config::build_accuracy(&args)?;
+    let ctx = crate::rollout::RolloutContext {
+        model: &model,
+        tokenizer: &tokenizer,
+        rewards: &rewards,
+        accuracy: &accuracy,
+        tools: None,
+    };
+    let par = crate::parallel::Parallel {
+        workers: args.workers.max(1),
+        comm: &SingleProcess,
+    };
+    let encoder = crate::rollout::PromptEncoder {
+        chat_template: args.chat_template,
+        system_prompt: args.system_prompt.clone(),
+        max_prompt_length: args.max_prompt_length,
+        tool_schemas: Vec::new(),
+    };
+    let params = args.sampling(tokenizer.eos_token_ids());
+    let sample = |examples: &[crate::data::Example], round: u64, per_prompt: usize| {
+        let mut pairs = Vec::new();
+        for (i, chunk) in examples.chunks(64).enumerate() {
+            let seed = crate::rollout::sampling_seed(args.seed, round, i as u64);
+            let p = atomrl_sample::SamplingParams {
+                seed,
+                ..params.clone()
+            };
+            let made = crate::rollout::sample_preference_pairs(
+                &ctx, par, &p, &encoder, chunk, per_prompt,
+            )?;
+            pairs.extend(made);
+        }
+        Ok::<_, atomrl_core::Error>(pairs)
+    };
+    let train_pairs = sample(
+        &train[..train_prompts.min(train.len())],
+        0,
+        pairs_per_prompt,
+    )?;
+    // One pair per held-out problem: its accuracy counts problems alike.
+    let eval_pairs = sample(&eval[..eval_prompts.min(eval.len())], 1, 1)?;
+    Ok((train_pairs, eval_pairs))
 }

@@ -17,7 +17,7 @@ use crate::accumulate::{accumulate_and_step, StepSettings};
 use crate::config::GRPOArgs;
 use crate::data::{EpochSampler, Example};
 use crate::logging::{keys, MetricRow};
-use crate::recipe::{RecipeStep, RunData, StepExperience, StepReport};
+use crate::recipe::{HeldOut, RecipeStep, RunData, StepExperience, StepReport};
 use crate::state::TrainState;
 use crate::Trainer;
 
@@ -45,8 +45,8 @@ pub fn encode_sft_example(
 }
 
 impl Trainer {
-    /// An SFT trainer (`recipe = "sft"`): no reward functions, the data's completions are the
-    /// targets.
+    /// A trainer without reward functions: SFT (`recipe = "sft"`: the data's completions are
+    /// the targets) or a reward model (`recipe = "reward"`: the data's preference pairs).
     ///
     /// # Errors
     /// As [`Trainer::new`].
@@ -157,7 +157,7 @@ impl RecipeStep for SftStep {
     }
 
     /// Teacher-forced mean completion-token loss on the held-out examples.
-    fn eval_loss(&self, run: &RunData, state: &TrainState) -> Result<Option<f64>> {
+    fn held_out(&self, run: &RunData, state: &TrainState) -> Result<HeldOut> {
         let func = "sft_eval_loss";
         let view = state.model.detached();
         let (mut nll, mut tokens) = (0.0f64, 0.0f64);
@@ -180,7 +180,10 @@ impl RecipeStep for SftStep {
             nll -= masked_sum(func, &lp, &exp.loss_mask)?;
             tokens += exp.loss_tokens(func)?;
         }
-        Ok(Some(if tokens > 0.0 { nll / tokens } else { f64::NAN }))
+        Ok(HeldOut {
+            loss: Some(if tokens > 0.0 { nll / tokens } else { f64::NAN }),
+            ..HeldOut::default()
+        })
     }
 }
 

@@ -23,6 +23,7 @@ use crate::logging::{keys, MetricRow, MetricsLogger};
 use crate::optim::{warmup_steps, RunSchedule};
 use crate::parallel::dist_error;
 use crate::recipe::{RecipeStep, RunData};
+use crate::reward_model::RewardModelStep;
 use crate::sft::SftStep;
 use crate::state::TrainState;
 
@@ -516,8 +517,14 @@ impl Trainer {
             tools: run.tool_use(),
             accuracy: &self.accuracy,
         };
-        let mut r = evaluate(&data, run.args.workers, self.state.comm.as_ref())?;
-        r.loss = self.recipe.eval_loss(run, &self.state)?;
+        let held = self.recipe.held_out(run, &self.state)?;
+        let mut r = if held.generation {
+            evaluate(&data, run.args.workers, self.state.comm.as_ref())?
+        } else {
+            EvalResult::without_generation()
+        };
+        r.loss = held.loss;
+        r.pair_accuracy = held.pair_accuracy;
         Ok(r)
     }
 
@@ -637,6 +644,7 @@ fn recipe_step(
             Box::new(ActorCriticStep::new(args, model, rewards, accuracy)?)
         }
         Recipe::Dpo => Box::new(DpoStep::new(args, model, rewards, accuracy)?),
+        Recipe::Reward => Box::new(RewardModelStep::new(args, model)?),
     })
 }
 
@@ -651,6 +659,9 @@ fn push_eval(row: &mut MetricRow, r: &EvalResult) {
     row.push(keys::EVAL_COMPLETION_LENGTH, r.mean_length);
     if let Some(loss) = r.loss {
         row.push(keys::EVAL_LOSS, loss);
+    }
+    if let Some(accuracy) = r.pair_accuracy {
+        row.push(keys::EVAL_PAIR_ACCURACY, accuracy);
     }
     if let Some(calls) = r.tool_calls {
         row.push(keys::EVAL_TOOLS_CALLS_PER_COMPLETION, calls);

@@ -46,3 +46,28 @@ pub fn write_dataset(dir: &Path) -> PathBuf {
     std::fs::write(&path, lines.join("\n")).unwrap();
     path
 }
+
+/// `pairs.jsonl` in `dir`: 24 preference pairs, the sum preferred to a refusal (a pattern a
+/// random model can pick up across pairs), half of them conversational.
+pub fn write_pairs(dir: &Path) -> PathBuf {
+    let path = dir.join("pairs.jsonl");
+    let lines: Vec<String> = (0..24)
+        .map(|i| {
+            let (a, b) = (i % 7, i % 5);
+            let q = format!("What is {a} plus {b}?");
+            let (good, bad) = (format!("{}", a + b), "I do not know.".to_string());
+            if i % 2 == 0 {
+                serde_json::json!({"prompt": q, "chosen": good, "rejected": bad})
+            } else {
+                serde_json::json!({
+                    "prompt": [{"role": "user", "content": q}],
+                    "chosen": [{"role": "assistant", "content": good}],
+                    "rejected": [{"role": "assistant", "content": bad}],
+                })
+            }
+            .to_string()
+        })
+        .collect();
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    path
+}

@@ -1,0 +1,283 @@
+//! The `reward` recipe: a reward model — the policy's transformer with a scalar head read at
+//! each sequence's last token ([`ValueModel`] in the [`HeadLayout::Sequence`] layout) — trained
+//! on the dataset's preference pairs by the Bradley-Terry loss (`compute_reward_model_loss`,
+//! TRL's `RewardTrainer`), saved with every checkpoint as `reward_model/`, the folder
+//! `transformers` loads as `AutoModelForSequenceClassification`.
+
+use std::path::Path;
+use std::time::Instant;
+
+use atomrl_core::shape::scalar_f64;
+use atomrl_core::{CandleContext, Error, Result};
+use atomrl_loss::compute_reward_model_loss;
+use atomrl_model::{CausalLm, HeadLayout, ValueModel};
+use atomrl_rollout::{pair_margins, split_pairs, Experience};
+use candle_core::{Tensor, Var};
+
+use crate::accumulate::{accumulate_and_step, MicroStatistics, StepSettings};
+use crate::config::GRPOArgs;
+use crate::data::{EpochSampler, Example};
+use crate::logging::{keys, MetricRow};
+use crate::optim::AdamW;
+use crate::recipe::{held_out_pairs, HeldOut, RecipeStep, RunData, StepExperience, StepReport};
+use crate::state::TrainState;
+
+/// The reward model's folder inside a checkpoint (and the trained model a run leaves).
+pub const REWARD_MODEL_DIR: &str = "reward_model";
+
+/// The function errors name.
+const FUNC: &str = "reward_model_step";
+
+/// The `reward` recipe's step: the reward model, its trainable parameters and optimizer (the
+/// run's AdamW settings and learning-rate schedule; the policy itself is not trained).
+pub(crate) struct RewardModelStep {
+    model: ValueModel,
+    params: Vec<(String, Var)>,
+    optimizer: AdamW,
+    settings: StepSettings,
+    center: Option<f64>,
+    iterations: usize,
+}
+
+impl RewardModelStep {
+    /// A reward model starting from `policy`'s weights with a zero head (with `[lora]`,
+    /// adapters of its own on the transformer), in the policy's compute dtype.
+    pub(crate) fn new(args: &GRPOArgs, policy: &CausalLm) -> Result<Self> {
+        let mut model = ValueModel::reward_model_from_policy(policy)?;
+        if let Some(l) = &args.lora {
+            model.add_lora(crate::runtime::lora_config(l)?, args.seed.wrapping_add(1))?;
+        }
+        model.set_compute_dtype(policy.compute_dtype())?;
+        model.set_gradient_checkpointing(policy.gradient_checkpointing());
+        let params = model.trainable_vars();
+        Ok(Self {
+            optimizer: AdamW::new(params.clone(), args.adamw())?,
+            params,
+            model,
+            settings: args.step_settings(),
+            center: args.reward_model().center_rewards_coefficient,
+            iterations: args.num_iterations.max(1),
+        })
+    }
+
+    /// The pair experience of `examples`; the reward model learns the tokenizer's pad id (its
+    /// saved config needs it).
+    fn pairs(
+        &mut self,
+        run: &RunData,
+        examples: &[&Example],
+        state: &TrainState,
+    ) -> Result<Experience> {
+        self.model.set_pad_token_id(run.tokenizer.pad_token_id());
+        let max = run.args.max_completion_length;
+        run.encoder
+            .encode_pairs(&run.tokenizer, examples, max, state.model.device())
+    }
+}
+
+impl RecipeStep for RewardModelStep {
+    /// `batch_size` pairs of the dataset (which must be preference pairs).
+    fn experience(
+        &mut self,
+        run: &RunData,
+        state: &TrainState,
+        _step: u64,
+        sampler: &mut EpochSampler,
+    ) -> Result<StepExperience> {
+        let started = Instant::now();
+        if !atomrl_data::is_preference_dataset(&run.train_set)? {
+            return Err(Error::value(
+                "config",
+                "dataset",
+                "preference pairs (`chosen` / `rejected`), which `--recipe reward` trains on",
+                "prompts without pairs",
+            ));
+        }
+        let picked = run.next_examples(sampler);
+        Ok(StepExperience {
+            experience: self.pairs(run, &picked, state)?,
+            rollouts: None,
+            seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// `num_iterations` optimizer steps of the reward model on the pairs, at the run's
+    /// learning rate; `rewards/*` are the scores' means, accuracy and margin.
+    fn update(
+        &mut self,
+        _run: &RunData,
+        state: &mut TrainState,
+        made: &StepExperience,
+        step: u64,
+        lr: f64,
+    ) -> Result<StepReport> {
+        let started = Instant::now();
+        let exp = &made.experience;
+        let pairs = (exp.num_rows() / 2) as f64;
+        let (model, center) = (&self.model, self.center);
+        let mut report = StepReport::default();
+        let mut row = MetricRow::new(step);
+        let mut stats = ScoreStats::default();
+        for _ in 0..self.iterations {
+            let (outcome, micro) = accumulate_and_step(
+                &self.params,
+                &mut self.optimizer,
+                exp,
+                StepSettings {
+                    lr,
+                    ..self.settings
+                },
+                state.comm.as_ref(),
+                |mb| pair_score_loss(model, mb, pairs, center),
+            )?;
+            stats = micro.iter().fold(ScoreStats::default(), |a, b| a.add(b));
+            row.push(keys::LOSS, outcome.loss);
+            row.push(keys::GRAD_NORM, outcome.grad_norm);
+            if let Some(reason) = outcome.skipped {
+                report
+                    .warnings
+                    .push(format!("step {step}: update skipped: {reason}"));
+                row.push(keys::SKIPPED_STEP, 1.0);
+                break;
+            }
+            row.push(keys::SKIPPED_STEP, 0.0);
+        }
+        row.push(keys::LR, lr);
+        row.push(
+            keys::TIME_STEP_S,
+            made.seconds + started.elapsed().as_secs_f64(),
+        );
+        stats.record(&mut row);
+        report.row = row;
+        Ok(report)
+    }
+
+    /// Writes the reward model (`dir/reward_model/`, transformers' sequence-classification
+    /// layout) and its optimizer.
+    fn save(&self, dir: &Path) -> Result<()> {
+        let out = dir.join(REWARD_MODEL_DIR);
+        self.model.save_hf(&out)?;
+        self.optimizer
+            .save(&out.join(crate::checkpoint::OPTIMIZER_FILE))
+    }
+
+    /// Restores what [`RewardModelStep::save`] wrote to `dir`.
+    fn load(&mut self, dir: &Path) -> Result<()> {
+        let from = dir.join(REWARD_MODEL_DIR);
+        self.model.load_trainable(&from)?;
+        self.optimizer
+            .load(&from.join(crate::checkpoint::OPTIMIZER_FILE))
+    }
+
+    /// The held-out pairs: their mean loss (`eval/loss`) and the share the scores rank right
+    /// (`eval/pair_accuracy`); no decoding (the policy is not what this recipe trains).
+    fn held_out(&self, run: &RunData, state: &TrainState) -> Result<HeldOut> {
+        let measured = held_out_pairs(run, state, |exp, total| {
+            let Some((loss, s)) = pair_score_loss(&self.model, &exp, total, self.center)? else {
+                return Ok(None);
+            };
+            Ok(Some((scalar_f64(FUNC, &loss)?, s.correct)))
+        })?;
+        Ok(HeldOut {
+            loss: measured.map(|m| m.0),
+            pair_accuracy: measured.map(|m| m.1),
+            generation: false,
+        })
+    }
+}
+
+/// Sums over a micro-batch's pairs of what the reward model reports.
+#[derive(Debug, Clone, Copy, Default)]
+struct ScoreStats {
+    pairs: f64,
+    chosen: f64,
+    rejected: f64,
+    correct: f64,
+}
+
+impl ScoreStats {
+    fn add(self, o: &Self) -> Self {
+        Self {
+            pairs: self.pairs + o.pairs,
+            chosen: self.chosen + o.chosen,
+            rejected: self.rejected + o.rejected,
+            correct: self.correct + o.correct,
+        }
+    }
+
+    /// `rewards/chosen`, `rewards/rejected` (mean scores), `rewards/accuracies`,
+    /// `rewards/margins` and `pairs`.
+    fn record(&self, row: &mut MetricRow) {
+        let mean = |v: f64| {
+            if self.pairs > 0.0 {
+                v / self.pairs
+            } else {
+                f64::NAN
+            }
+        };
+        row.push(keys::DPO_PAIRS, self.pairs);
+        row.push(keys::DPO_REWARDS_CHOSEN, mean(self.chosen));
+        row.push(keys::DPO_REWARDS_REJECTED, mean(self.rejected));
+        row.push(keys::DPO_REWARDS_ACCURACIES, mean(self.correct));
+        row.push(keys::DPO_REWARDS_MARGINS, mean(self.chosen - self.rejected));
+    }
+}
+
+impl MicroStatistics for ScoreStats {
+    fn to_f64s(&self) -> Vec<f64> {
+        vec![self.pairs, self.chosen, self.rejected, self.correct]
+    }
+
+    fn from_f64s(v: &[f64]) -> Self {
+        let at = |i: usize| v.get(i).copied().unwrap_or(f64::NAN);
+        Self {
+            pairs: at(0),
+            chosen: at(1),
+            rejected: at(2),
+            correct: at(3),
+        }
+    }
+}
+
+/// The reward-model loss of micro-batch `mb` (whole pairs): TRL's mean over its pairs, scaled
+/// by its share of the step's `total_pairs` so that the micro-batches add up to the step's
+/// mean; `None` when a score is not finite.
+fn pair_score_loss(
+    model: &ValueModel,
+    mb: &Experience,
+    total_pairs: f64,
+    center: Option<f64>,
+) -> Result<Option<(Tensor, ScoreStats)>> {
+    debug_assert_eq!(model.layout(), HeadLayout::Sequence);
+    let scores = model.sequence_scores(&mb.input_ids, &mb.attention_mask)?;
+    let host: Vec<f32> = scores.to_vec1().ctx(FUNC)?;
+    if host.iter().any(|v| !v.is_finite()) {
+        return Ok(None);
+    }
+    let (chosen, rejected) = split_pairs(&scores)?;
+    let margins = pair_margins(mb)?;
+    let any_margin = margins
+        .abs()
+        .and_then(|m| m.sum_all())
+        .and_then(|m| m.to_scalar::<f32>())
+        .ctx(FUNC)?
+        > 0.0;
+    let out =
+        compute_reward_model_loss(&chosen, &rejected, any_margin.then_some(&margins), center)?;
+    let n = (mb.num_rows() / 2) as f64;
+    let loss = (out.loss * (n / total_pairs)).ctx(FUNC)?;
+    let side = |i: usize| {
+        host.iter()
+            .skip(i)
+            .step_by(2)
+            .map(|&v| f64::from(v))
+            .sum::<f64>()
+    };
+    let stats = ScoreStats {
+        pairs: n,
+        chosen: side(0),
+        rejected: side(1),
+        correct: out.accuracy * n,
+    };
+    Ok(Some((loss, stats)))
+}
