@@ -1,6 +1,7 @@
 //! `atomrl-train` with hub ids, against a local Hub stand-in on 127.0.0.1 (`HF_ENDPOINT`) and
 //! an empty `HF_HOME`: the model (single-file and sharded) and a GSM8K-format dataset are
-//! downloaded into the cache layout and trained on; a rerun with the server gone and
+//! downloaded into the cache layout and trained on, as is a preference dataset in
+//! `trl-lib/ultrafeedback_binarized`'s layout (a reward model); a rerun with the server gone and
 //! `HF_HUB_OFFLINE=1` trains from the cache; an unknown model exits 2 with one line naming
 //! it; a run killed in the middle of a download resumes it. No test touches the internet.
 
@@ -193,4 +194,54 @@ fn a_run_killed_mid_download_resumes_it() {
         "{:?}",
         server.requests()
     );
+}
+
+/// A preference dataset named on the hub in `trl-lib/ultrafeedback_binarized`'s layout
+/// (`data/{train,test}-00000-of-00001.*`, conversations whose shared messages are the prompt)
+/// is downloaded and a reward model trains on it, its held-out pairs from the test split.
+#[test]
+fn a_hub_preference_dataset_trains_a_reward_model() {
+    let dir = temp_dir("hub-preference");
+    let server = hub();
+    let rows = |n: usize| -> Vec<u8> {
+        let lines: Vec<String> = (0..n)
+            .map(|i| {
+                let user = serde_json::json!({"role": "user", "content": format!("What is {i} plus 1?")});
+                let side = |answer: String| {
+                    serde_json::json!([user, {"role": "assistant", "content": answer}])
+                };
+                serde_json::json!({
+                    "chosen": side(format!("{}", i + 1)),
+                    "rejected": side("I do not know.".into()),
+                    "score_chosen": 9.0,
+                    "score_rejected": 2.0,
+                })
+                .to_string()
+            })
+            .collect();
+        lines.join("\n").into_bytes()
+    };
+    server.add_repo(
+        atomrl_hub::RepoKind::Dataset,
+        "trl-lib/ultrafeedback_binarized",
+        "main",
+        vec![
+            ("data/train-00000-of-00001.jsonl".into(), rows(12)),
+            ("data/test-00000-of-00001.jsonl".into(), rows(4)),
+        ],
+    );
+    let out = dir.join("rm");
+    let mut c = train(&dir.join("hf"), &server.url(), "org/tiny", &out);
+    c.args(["--recipe", "reward"])
+        .args(["--set", "dataset=\"trl-lib/ultrafeedback_binarized\""])
+        .args(["--set", "eval_dataset=\"trl-lib/ultrafeedback_binarized\""])
+        .args(["--set", "save_steps=2"]);
+    ok(c.output().unwrap());
+    let rows = atomrl_trainer::logging::read_metrics(out.join("metrics.jsonl")).unwrap();
+    assert!(rows.iter().any(|r| r.get("eval/pair_accuracy").is_some()));
+    assert!(rows.iter().any(|r| r.get("pairs") == Some(2.0)));
+    assert!(out.join("checkpoint-2/reward_model/config.json").is_file());
+    assert!(dir
+        .join("hf/hub/datasets--trl-lib--ultrafeedback_binarized/refs/main")
+        .is_file());
 }
