@@ -186,8 +186,10 @@ fn rl(cli: &Cli, base: &[String], data: &[String], reward_model: &Path) -> Resul
             "beta=0.1",
             "advantage_mode=\"grpo_no_std\"",
             "loss_agg=\"token_mean\"",
-            "max_steps=1600",
-            "time_budget_s=280",
+            // A shorter budget than the GRPO example's, so that the three stages and the build
+            // fit in about ten minutes (220 s: +6.2 points; 280 s: +7.2; 150 s: +4.8).
+            "max_steps=1200",
+            "time_budget_s=220",
             "lr_schedule_on_budget=true",
             "save_steps=200",
             "logging_steps=10",
