@@ -50,6 +50,10 @@ fn a_reward_model_learns_the_pairs_and_saves_as_a_sequence_classifier() {
     let dir = temp_dir("reward");
     let stdout = run_ok(&write_config(&dir, 12, ""), &[]);
     assert!(stdout.contains("held-out pair accuracy"), "{stdout}");
+    assert!(
+        stdout.contains("rewards = [{ name = \"model\", path = "),
+        "{stdout}"
+    );
     let rows = read_metrics(dir.join("run/metrics.jsonl")).unwrap();
     let eval: Vec<f64> = rows
         .iter()

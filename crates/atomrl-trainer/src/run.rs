@@ -140,7 +140,15 @@ pub fn print_summary(s: &TrainSummary) {
     }
     if let Some(ckpt) = &s.checkpoint {
         println!("   checkpoint:  {}", ckpt.display());
-        println!("   try it:      cargo run --release -p atomrl-cli --bin atomrl-infer -- --checkpoint {} \"What is 3+4?\"", ckpt.display());
+        let reward_model = ckpt.join(crate::reward_model::REWARD_MODEL_DIR);
+        if reward_model.is_dir() {
+            println!(
+                "   use it:      rewards = [{{ name = \"model\", path = {:?} }}]",
+                reward_model.display().to_string()
+            );
+        } else {
+            println!("   try it:      cargo run --release -p atomrl-cli --bin atomrl-infer -- --checkpoint {} \"What is 3+4?\"", ckpt.display());
+        }
     }
 }
 
