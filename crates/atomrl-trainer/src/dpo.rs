@@ -19,7 +19,7 @@ use candle_core::Tensor;
 
 use crate::accumulate::{accumulate_and_step, MicroStatistics, StepSettings};
 use crate::config::GRPOArgs;
-use crate::data::{EpochSampler, Example};
+use crate::data::EpochSampler;
 use crate::grpo::{step_report, GrpoStep, UpdateStats};
 use crate::logging::keys;
 use crate::recipe::{held_out_pairs, HeldOut, RecipeStep, RunData, StepExperience, StepReport};
@@ -96,13 +96,6 @@ impl DpoStep {
     }
 }
 
-/// The pair experience of dataset `examples`.
-fn dataset_pairs(run: &RunData, examples: &[&Example], state: &TrainState) -> Result<Experience> {
-    let max = run.args.max_completion_length;
-    run.encoder
-        .encode_pairs(&run.tokenizer, examples, max, state.model.device())
-}
-
 impl RecipeStep for DpoStep {
     /// Offline: `batch_size` pairs of the dataset. Online: GRPO's scored groups and their
     /// best-against-worst pairs. Then the pairs' reference log-probs (sharded as the update's
@@ -117,7 +110,7 @@ impl RecipeStep for DpoStep {
         let started = Instant::now();
         let (mut pairs, rollouts) = if self.offline(run)? {
             let picked = run.next_examples(sampler);
-            (dataset_pairs(run, &picked, state)?, None)
+            (run.encode_pairs(&picked, state.model.device())?, None)
         } else {
             let made = self.rollouts.experience(run, state, step, sampler)?;
             (best_worst_pairs(&made.experience)?, made.rollouts)

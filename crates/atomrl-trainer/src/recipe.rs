@@ -34,6 +34,18 @@ impl RunData {
         })
     }
 
+    /// The pair experience of preference `examples` (each prompt encoded, each side with EOS,
+    /// cut to `max_completion_length`) on `device`: DPO's and the reward model's rows.
+    pub fn encode_pairs(
+        &self,
+        examples: &[&Example],
+        device: &candle_core::Device,
+    ) -> Result<Experience> {
+        let max = self.args.max_completion_length;
+        self.encoder
+            .encode_pairs(&self.tokenizer, examples, max, device)
+    }
+
     /// `batch_size` examples from `sampler`.
     pub fn next_examples(&self, sampler: &mut EpochSampler) -> Vec<&Example> {
         sampler
@@ -145,13 +157,8 @@ pub(crate) fn held_out_pairs(
     }
     let total = pairs.len() as f64;
     let (mut loss, mut correct) = (0.0, 0.0);
-    let max = run.args.max_completion_length;
     for chunk in pairs.chunks(EVAL_PAIRS_BATCH) {
-        let device = state.model.device();
-        let exp = run
-            .encoder
-            .encode_pairs(&run.tokenizer, chunk, max, device)?;
-        match score(exp, total)? {
+        match score(run.encode_pairs(chunk, state.model.device())?, total)? {
             Some((l, c)) => {
                 loss += l;
                 correct += c;

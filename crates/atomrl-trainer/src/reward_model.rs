@@ -16,7 +16,7 @@ use candle_core::{Tensor, Var};
 
 use crate::accumulate::{accumulate_and_step, MicroStatistics, StepSettings};
 use crate::config::GRPOArgs;
-use crate::data::{EpochSampler, Example};
+use crate::data::EpochSampler;
 use crate::logging::{keys, MetricRow};
 use crate::optim::AdamW;
 use crate::recipe::{held_out_pairs, HeldOut, RecipeStep, RunData, StepExperience, StepReport};
@@ -37,6 +37,8 @@ pub(crate) struct RewardModelStep {
     settings: StepSettings,
     center: Option<f64>,
     iterations: usize,
+    /// The data was checked and the pad id set ([`RewardModelStep::prepare`]).
+    prepared: bool,
 }
 
 impl RewardModelStep {
@@ -57,21 +59,27 @@ impl RewardModelStep {
             settings: args.step_settings(),
             center: args.reward_model().center_rewards_coefficient,
             iterations: args.num_iterations.max(1),
+            prepared: false,
         })
     }
 
-    /// The pair experience of `examples`; the reward model learns the tokenizer's pad id (its
-    /// saved config needs it).
-    fn pairs(
-        &mut self,
-        run: &RunData,
-        examples: &[&Example],
-        state: &TrainState,
-    ) -> Result<Experience> {
+    /// Checks, once, that the training set is preference pairs, and gives the reward model
+    /// the tokenizer's pad id (its saved config needs it).
+    fn prepare(&mut self, run: &RunData) -> Result<()> {
+        if self.prepared {
+            return Ok(());
+        }
+        if !atomrl_data::is_preference_dataset(&run.train_set)? {
+            return Err(Error::value(
+                "config",
+                "dataset",
+                "preference pairs (`chosen` / `rejected`), which `--recipe reward` trains on",
+                "prompts without pairs",
+            ));
+        }
         self.model.set_pad_token_id(run.tokenizer.pad_token_id());
-        let max = run.args.max_completion_length;
-        run.encoder
-            .encode_pairs(&run.tokenizer, examples, max, state.model.device())
+        self.prepared = true;
+        Ok(())
     }
 }
 
@@ -85,17 +93,10 @@ impl RecipeStep for RewardModelStep {
         sampler: &mut EpochSampler,
     ) -> Result<StepExperience> {
         let started = Instant::now();
-        if !atomrl_data::is_preference_dataset(&run.train_set)? {
-            return Err(Error::value(
-                "config",
-                "dataset",
-                "preference pairs (`chosen` / `rejected`), which `--recipe reward` trains on",
-                "prompts without pairs",
-            ));
-        }
+        self.prepare(run)?;
         let picked = run.next_examples(sampler);
         Ok(StepExperience {
-            experience: self.pairs(run, &picked, state)?,
+            experience: run.encode_pairs(&picked, state.model.device())?,
             rollouts: None,
             seconds: started.elapsed().as_secs_f64(),
         })
@@ -256,12 +257,8 @@ fn pair_score_loss(
     }
     let (chosen, rejected) = split_pairs(&scores)?;
     let margins = pair_margins(mb)?;
-    let any_margin = margins
-        .abs()
-        .and_then(|m| m.sum_all())
-        .and_then(|m| m.to_scalar::<f32>())
-        .ctx(FUNC)?
-        > 0.0;
+    // Read on the host: the roles carry the margins, no device round trip is needed.
+    let any_margin = mb.pairs.iter().flatten().any(|r| r.margin != 0.0);
     let out =
         compute_reward_model_loss(&chosen, &rejected, any_margin.then_some(&margins), center)?;
     let n = (mb.num_rows() / 2) as f64;
