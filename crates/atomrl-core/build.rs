@@ -2,16 +2,17 @@
 //! candle-kernels compiles its own, for `include_str!` in `src/cuda.rs`. Without it: nothing,
 //! so the default build needs no CUDA toolkit.
 //!
-//! nvcc is called directly rather than through `bindgen_cuda`: two files, one command each,
+//! nvcc is called directly rather than through `bindgen_cuda`: three files, one command each,
 //! and the same `NVCC` / `CUDA_COMPUTE_CAP` variables candle-kernels reads (docs/cuda.md).
 
 use std::path::PathBuf;
 use std::process::Command;
 
-const KERNELS: [&str; 2] = ["optim", "model"];
+const KERNELS: [&str; 3] = ["optim", "model", "logprob"];
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=cuda/common.cuh");
     for k in KERNELS {
         println!("cargo:rerun-if-changed=cuda/{k}.cu");
     }

@@ -98,6 +98,13 @@ pub struct BenchArgs {
     /// decoder layer, LM head, gradient clipping, optimizer...): see the module docs.
     #[arg(long)]
     pub profile: bool,
+    /// Decoder layers instead of the shape's (with `--vocab`, to split a step's time between
+    /// the layers and the LM head: run the shape, then fewer layers, then a small vocabulary).
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Vocabulary size instead of the shape's.
+    #[arg(long)]
+    pub vocab: Option<usize>,
     /// Also write the figures as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -433,7 +440,13 @@ fn gib(bytes: &Value) -> String {
 
 /// Runs the benchmark and prints the table (and writes `--json`).
 pub fn run(a: &BenchArgs) -> Result<()> {
-    let config = shape_config(&a.shape)?;
+    let mut config = shape_config(&a.shape)?;
+    if let Some(layers) = a.layers {
+        config.num_hidden_layers = layers;
+    }
+    if let Some(vocab) = a.vocab {
+        config.vocab_size = vocab;
+    }
     // Before any tensor work: candle sizes its thread pools once.
     let plan = if a.device.is_cpu() {
         atomrl_trainer::runtime::cpu_plan(config.num_parameters(), a.threads, a.workers)

@@ -8,11 +8,7 @@
 //
 // Grid-stride loops: one launch covers a tensor of any size with a bounded grid.
 
-#include <stddef.h>
-
-#define GRID_STRIDE(i, n) \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-         i += (size_t)blockDim.x * gridDim.x)
+#include "common.cuh"
 
 // a[i] += b[i]
 extern "C" __global__ void atomrl_add_assign_f32(float *a, const float *b, size_t n) {
@@ -50,4 +46,15 @@ extern "C" __global__ void atomrl_adamw_param_f32(float *theta, const float *m, 
         float decayed = has_decay ? __fadd_rn(__fmul_rn(t, decay), 0.0f) : t;
         theta[i] = __fsub_rn(decayed, __fadd_rn(__fmul_rn(update, lr), 0.0f));
     }
+}
+
+// part[blockIdx.x] = Σ a[i]² over the elements this block's threads stride over (f32). With a
+// fixed grid the partial sums, and their sum on the host, are the same on every run: a
+// deterministic squared norm in one pass with every SM busy (candle's sum_all reduces a whole
+// tensor in one block).
+extern "C" __global__ void atomrl_sq_norm_part_f32(const float *a, float *part, size_t n) {
+    float acc = 0.0f;
+    GRID_STRIDE(i, n) { acc += a[i] * a[i]; }
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) part[blockIdx.x] = acc;
 }

@@ -1,16 +1,21 @@
 //! AtomRL's own CUDA kernels as PTX (feature `cuda`): compiled from `cuda/*.cu` by the build
 //! script with nvcc, loaded by the crates that launch them (`atomrl-optim`: in-place optimizer
-//! and gradient kernels; `atomrl-model`: fused decoder kernels) through candle's
+//! and gradient kernels; `atomrl-model`: fused decoder kernels; `atomrl-logprob`: the selective
+//! log-softmax) through candle's
 //! `CudaDevice::get_or_load_custom_func`. Whether they are used at all is
 //! [`crate::device::cuda_fused_kernels`] (`ATOMRL_CUDA_FUSED=0` turns them off).
 
 /// `cuda/optim.cu`: `atomrl_add_assign_f32`, `atomrl_scale_f32`, `atomrl_adamw_moment_f32`,
-/// `atomrl_adamw_param_f32`.
+/// `atomrl_adamw_param_f32`, `atomrl_sq_norm_part_f32`.
 pub const OPTIM_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/optim.ptx"));
 
 /// `cuda/model.cu`: RMSNorm, SwiGLU, RoPE and attention-softmax forward and backward kernels,
 /// `atomrl_<kernel>_<f32|bf16|f16>`.
 pub const MODEL_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/model.ptx"));
+
+/// `cuda/logprob.cu`: the selective log-softmax of logits rows and its backward,
+/// `atomrl_selective_log_softmax_<fwd|bwd>_<f32|bf16|f16>` (launched by atomrl-logprob).
+pub const LOGPROB_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/logprob.ptx"));
 
 use candle_core::cuda_backend::cudarc::driver::LaunchConfig;
 use candle_core::Layout;
@@ -62,4 +67,53 @@ macro_rules! launch_kernel {
         // buffers at least as long as the kernel reads and writes).
         candle_core::cuda_backend::WrapErr::w(unsafe { builder.launch(config) })
     }};
+}
+
+/// Runs `f` on the CUDA storage and layout of `t` (made contiguous first).
+///
+/// # Errors
+/// `t` is not on a CUDA device, or `f` fails.
+pub fn with_cuda<R>(
+    t: &candle_core::Tensor,
+    f: impl FnOnce(&candle_core::CudaStorage, &Layout) -> candle_core::Result<R>,
+) -> candle_core::Result<R> {
+    let t = t.contiguous()?;
+    let (storage, layout) = t.storage_and_layout();
+    match &*storage {
+        candle_core::Storage::Cuda(s) => f(s, layout),
+        _ => candle_core::bail!("atomrl CUDA kernel: a CUDA tensor was expected"),
+    }
+}
+
+/// A tensor without a graph over a new device buffer of `shape`.
+pub fn tensor_from_slice<T: candle_core::cuda_backend::CudaDType>(
+    slice: candle_core::cuda_backend::cudarc::driver::CudaSlice<T>,
+    dev: &candle_core::CudaDevice,
+    shape: impl Into<candle_core::Shape>,
+) -> candle_core::Tensor {
+    let storage = candle_core::Storage::Cuda(T::wrap_cuda_slice(slice, dev.clone()));
+    candle_core::Tensor::from_storage(storage, shape, candle_core::op::BackpropOp::none(), false)
+}
+
+/// The variable that keeps cudarc's per-buffer CUDA events on (`1`): a diagnostic, for
+/// measuring what [`configure_device`] saves.
+pub const EVENT_TRACKING_ENV: &str = "ATOMRL_CUDA_EVENT_TRACKING";
+
+/// Sets up a CUDA device as AtomRL runs it: without cudarc's per-buffer event tracking.
+///
+/// cudarc creates two CUDA events with every buffer it allocates, and destroys them when the
+/// buffer is freed, so that buffers shared between streams can be synchronised. Candle gives
+/// every tensor op a fresh buffer and runs every op of a device on one stream (the calling
+/// thread's default stream), on which cudarc never records or waits on those events: they are
+/// four driver calls of pure overhead per tensor op, at the hundreds to thousands of ops a
+/// decode step or a micro-batch runs. `ATOMRL_CUDA_EVENT_TRACKING=1` keeps them.
+#[allow(unsafe_code)]
+pub fn configure_device(dev: &candle_core::CudaDevice) {
+    if std::env::var(EVENT_TRACKING_ENV).is_ok_and(|v| v.trim() == "1") {
+        return;
+    }
+    // SAFETY: the tracking only synchronises buffers used on several streams of this context;
+    // candle's device uses one (AtomRL's NCCL collective opens its own context object, whose
+    // tracking this does not change), and the flag only affects buffers allocated afterwards.
+    unsafe { dev.disable_event_tracking() }
 }

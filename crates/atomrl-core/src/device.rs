@@ -140,14 +140,19 @@ impl DeviceSpec {
                 self,
             ));
         }
-        Device::new_cuda(ordinal).map_err(|e| {
+        let device = Device::new_cuda(ordinal).map_err(|e| {
             Error::value(
                 "device",
                 "device",
                 "an available CUDA device",
                 format!("{self}: {e}"),
             )
-        })
+        })?;
+        #[cfg(feature = "cuda")]
+        if let Device::Cuda(d) = &device {
+            crate::cuda::configure_device(d);
+        }
+        Ok(device)
     }
 }
 

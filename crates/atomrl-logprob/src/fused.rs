@@ -65,8 +65,23 @@ impl Shifted {
 }
 
 /// Log-probs `[R]` of `tokens [R]` and entropies `[R]` of one chunk `logits [R, V]`, without a
-/// graph.
+/// graph: AtomRL's CUDA kernel where it runs (one pass over the logits instead of f32 copies),
+/// else the tensor-op form.
 fn values(
+    logits: &Tensor,
+    tokens: &Tensor,
+    temperature: f64,
+    with_entropy: bool,
+) -> Result<(Tensor, Option<Tensor>)> {
+    #[cfg(feature = "cuda")]
+    if crate::cuda::available(logits) {
+        return crate::cuda::forward(&logits.detach(), tokens, temperature, with_entropy);
+    }
+    values_tensor_ops(logits, tokens, temperature, with_entropy)
+}
+
+/// [`values`] from tensor ops (every device and dtype).
+pub(crate) fn values_tensor_ops(
     logits: &Tensor,
     tokens: &Tensor,
     temperature: f64,
@@ -137,8 +152,24 @@ impl CustomOp1 for LogSoftmaxGrad {
 }
 
 /// The vector-Jacobian product of the log-prob and entropy columns `grad_res [R, 2]` with
-/// respect to `logits [R, V]` (module docs), in the compute dtype.
+/// respect to `logits [R, V]` (module docs): in the logits' dtype from AtomRL's CUDA kernel
+/// where it runs, else in the compute dtype from tensor ops.
 fn logits_grad(
+    logits: &Tensor,
+    tokens: &Tensor,
+    temperature: f64,
+    with_entropy: bool,
+    grad_res: &Tensor,
+) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if crate::cuda::available(logits) {
+        return crate::cuda::backward(logits, tokens, temperature, with_entropy, grad_res);
+    }
+    logits_grad_tensor_ops(logits, tokens, temperature, with_entropy, grad_res)
+}
+
+/// [`logits_grad`] from tensor ops (every device and dtype).
+pub(crate) fn logits_grad_tensor_ops(
     logits: &Tensor,
     tokens: &Tensor,
     temperature: f64,

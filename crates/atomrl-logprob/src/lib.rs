@@ -27,7 +27,10 @@
 #![deny(missing_docs)]
 
 mod action;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod fused;
+pub mod kernel_check;
 mod registry;
 mod selective;
 mod sequence;

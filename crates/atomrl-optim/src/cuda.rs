@@ -114,3 +114,53 @@ pub(crate) fn adamw_param(
     )?;
     Ok(())
 }
+
+/// Blocks of the squared-norm kernel per tensor: enough to keep every SM of a large GPU busy
+/// on a large tensor, one per 2,048 elements on a small one.
+fn sq_norm_blocks(n: usize) -> usize {
+    n.div_ceil(2048).clamp(1, 512)
+}
+
+/// `Σ x²` of each f32 tensor of `ts` (all on one CUDA device), each as f32 partial sums of a
+/// fixed grid added in f64 on the host, with one device-to-host copy for all of them: the same
+/// value on every run, where candle's `sum_all` reduced each tensor in a single block.
+pub(crate) fn squared_norms(ts: &[&candle_core::Tensor]) -> Result<Vec<f64>> {
+    let Some(first) = ts.first() else {
+        return Ok(Vec::new());
+    };
+    let dev = match first.device() {
+        candle_core::Device::Cuda(d) => d.clone(),
+        _ => candle_core::bail!("atomrl-sq-norm: CUDA tensors expected"),
+    };
+    let blocks: Vec<usize> = ts.iter().map(|t| sq_norm_blocks(t.elem_count())).collect();
+    let total: usize = blocks.iter().sum();
+    // SAFETY: every element is written by one block of one launch below.
+    let mut parts = unsafe { dev.alloc::<f32>(total)? };
+    let func = dev.get_or_load_custom_func("atomrl_sq_norm_part_f32", MODULE, PTX)?;
+    let mut offset = 0;
+    for (t, &b) in ts.iter().zip(&blocks) {
+        atomrl_core::cuda::with_cuda(t, |s, l| {
+            let r = range(l, "gradient")?;
+            let n = r.1 - r.0;
+            let xv = s.as_cuda_slice::<f32>()?.slice(r.0..r.1);
+            let mut pv = parts.slice_mut(offset..offset + b);
+            let config = candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+                grid_dim: (b as u32, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // Launch: reads the `n` elements of the view, writes `b` partial sums; argument
+            // types as in optim.cu.
+            atomrl_core::launch_kernel!(func, config, &xv, &mut pv, &n)
+        })?;
+        offset += b;
+    }
+    let host = dev.clone_dtoh(&parts)?;
+    let mut out = Vec::with_capacity(ts.len());
+    let mut start = 0;
+    for b in blocks {
+        out.push(host[start..start + b].iter().map(|&x| f64::from(x)).sum());
+        start += b;
+    }
+    Ok(out)
+}

@@ -214,6 +214,10 @@ impl Gradients {
     /// # Errors
     /// A tensor read failure.
     pub fn global_norm(&self) -> Result<f64> {
+        #[cfg(feature = "cuda")]
+        if let Some(total) = self.cuda_squared_norm()? {
+            return Ok(total.sqrt());
+        }
         // Every squared norm stays on the device until one read at the end: on a GPU, one
         // host synchronisation per step instead of one per parameter. The f32 partial sums
         // are added in f64 in name order, as before, so the norm is unchanged to the bit.
@@ -231,6 +235,21 @@ impl Gradients {
             .ctx(FUNC)?;
         let total: f64 = host.iter().map(|&s| s as f64).sum();
         Ok(total.sqrt())
+    }
+
+    /// `Σ ‖g‖²` from AtomRL's CUDA squared-norm kernel (every SM busy, one host copy), when
+    /// every gradient is an f32 CUDA tensor and the kernels are on; else `None`.
+    #[cfg(feature = "cuda")]
+    fn cuda_squared_norm(&self) -> Result<Option<f64>> {
+        let ts: Vec<&Tensor> = self.sums.values().map(|s| &s.tensor).collect();
+        if ts.is_empty()
+            || !ts.iter().all(|t| t.device().is_cuda())
+            || !crate::inplace::applies(&ts)
+        {
+            return Ok(None);
+        }
+        let norms = crate::cuda::squared_norms(&ts).ctx(FUNC)?;
+        Ok(Some(norms.iter().sum()))
     }
 
     /// Scales every gradient so that the global norm is at most `max_norm` (PyTorch's

@@ -6,13 +6,14 @@
 #![allow(unsafe_code)]
 
 use atomrl_core::cuda::{
-    contiguous_range as range, elementwise_launch as elementwise_config, rows_launch as rows_config,
+    contiguous_range as range, elementwise_launch as elementwise_config,
+    rows_launch as rows_config, tensor_from_slice as tensor, with_cuda,
 };
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig};
+use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig};
 use candle_core::cuda_backend::CudaDType;
 use candle_core::op::BackpropOp;
-use candle_core::{CudaDevice, CudaStorage, DType, Layout, Result, Shape, Storage, Tensor};
+use candle_core::{CudaStorage, DType, Layout, Result, Storage, Tensor};
 
 use super::KeyMask;
 
@@ -38,22 +39,6 @@ fn kernel(name: &str, dtype: DType) -> Result<String> {
 /// Whether the CUDA kernels take tensors of `dtype`.
 pub(crate) fn supports(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::BF16 | DType::F16)
-}
-
-/// A graph-less tensor over a new device buffer.
-fn tensor<T: CudaDType>(slice: CudaSlice<T>, dev: &CudaDevice, shape: impl Into<Shape>) -> Tensor {
-    let storage = Storage::Cuda(T::wrap_cuda_slice(slice, dev.clone()));
-    Tensor::from_storage(storage, shape, BackpropOp::none(), false)
-}
-
-/// Runs `f` on the CUDA storage and layout of a contiguous tensor.
-fn with_cuda<R>(t: &Tensor, f: impl FnOnce(&CudaStorage, &Layout) -> Result<R>) -> Result<R> {
-    let t = t.contiguous()?;
-    let (storage, layout) = t.storage_and_layout();
-    match &*storage {
-        Storage::Cuda(s) => f(s, layout),
-        _ => candle_core::bail!("atomrl CUDA kernel: a CUDA tensor was expected"),
-    }
 }
 
 /// Dispatches a generic function on the element type of `dtype`.

@@ -1,0 +1,76 @@
+#!/bin/bash
+# On a GPU machine, from the repository root, with ./gpu from xtask/gpu-pack.sh: the whole GPU
+# measurement in one call. Writes into $OUT:
+#   device-check.json    xtask device-check --device cuda (every row, the optimizer kernels' too)
+#   atomrl-bench.json    xtask bench, Qwen2.5-0.5B shape, bf16 and f32, default arguments
+#   atomrl-profile.json  the same with --profile (phase times, buffers and bytes per phase)
+#   atomrl-parts.jsonl   the bf16 training step with --profile at one micro-batch: the shape, 2 layers,
+#                        a 4,096-token vocabulary (where a step's time goes, layers or LM head)
+#   atomrl-unfused.json  the bench with ATOMRL_CUDA_FUSED=0 (today's tensor-op forms)
+#   (all.log)            the bf16 bench with ATOMRL_CUDA_EVENT_TRACKING=1 (cudarc's per-buffer events)
+#   torch-bench.json     xtask/fixtures/bench_torch_gpu.py, same shape and arguments (decode at the
+#                        batches of the goals, 1 and 64, unless TORCH_BATCHES says otherwise:
+#                        HF generate takes 90 s for all four; TORCH_ARGS=--skip-decode: training only)
+#   metrics.jsonl        a short bf16 GRPO run of the embedded example
+#   all.log              everything printed
+# Each step has its own timeout (T1..T8 seconds, 620 s at most in all, ~250 s as measured: one call of the device tool, whose
+# limit is 600 s), so one that hangs does not cost the rest.
+set -u
+: "${OUT:?set OUT to the results folder}"
+mkdir -p "$OUT"
+ROOT=$PWD
+L=$OUT/all.log
+log() { echo "=== $(date +%T) $*" | tee -a "$L"; }
+log "start, commit $(cat gpu/COMMIT 2>/dev/null)"
+cd gpu
+for f in *.xz; do [ -e "$f" ] && xz -d -f "$f"; done
+chmod +x xtask grpo_gsm8k grpo_tools 2>/dev/null
+nvidia-smi >> "$L" 2>&1
+BW=3350; nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && BW=4800
+# The CUDA 13 libraries: the driver's libcuda, cuBLAS/cuRAND from the machine's PyTorch wheels.
+LP=$PWD
+for l in libcublas.so.13 libcublasLt.so.13 libcurand.so.10 libcuda.so.1; do
+  p=$(find /opt /usr /usr/local -name "$l" 2>/dev/null | head -1)
+  echo "lib $l -> $p" >> "$L"
+  [ -n "$p" ] && LP="$LP:$(dirname "$p")"
+done
+export LD_LIBRARY_PATH="$LP${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+ldd ./xtask | grep -i "not found" >> "$L" 2>&1
+# The examples read their embedded model from the checkout they were built in.
+B=$(cat BUILD_ROOT 2>/dev/null || echo "$ROOT")
+if [ "$B" != "$ROOT" ]; then
+  for e in grpo_gsm8k grpo_tools; do
+    mkdir -p "$B/examples/$e" && ln -sfn "$ROOT/examples/$e/model" "$B/examples/$e/model"
+  done
+fi
+cd "$ROOT"   # device-check reads the fixtures from the current folder
+X=gpu/xtask
+SHAPE="--device cuda --shape qwen2.5-0.5b --bandwidth-gbs $BW"
+log device-check
+timeout "${T1:-110}" $X device-check --device cuda --json "$OUT/device-check.json" >> "$L" 2>&1; echo "rc=$?" >> "$L"
+log atomrl-bench
+timeout "${T2:-110}" $X bench $SHAPE --json "$OUT/atomrl-bench.json" >> "$L" 2>&1; echo "rc=$?" >> "$L"
+log atomrl-profile
+timeout "${T3:-70}" $X bench $SHAPE --dtypes bf16 --batches 1,64 --profile --json "$OUT/atomrl-profile.json" >> "$L" 2>&1; echo "rc=$?" >> "$L"
+log atomrl-parts
+# One micro-batch of 8 x 320 at the shape, with 2 layers, and with a 4,096-token vocabulary:
+# the differences split a step between the decoder layers and the LM head + log-softmax.
+: > "$OUT/atomrl-parts.jsonl"
+for part in "" "--layers 2" "--vocab 4096"; do
+  timeout "${T7:-30}" $X bench $SHAPE --dtypes bf16 --skip-decode --train-rows 8 --micro-batch 8 \
+    --profile $part --json /tmp/atomrl-part.json >> "$L" 2>&1; echo "rc=$?" >> "$L"
+  [ -f /tmp/atomrl-part.json ] && { tr -d '\n' < /tmp/atomrl-part.json; echo; } >> "$OUT/atomrl-parts.jsonl"
+  rm -f /tmp/atomrl-part.json
+done
+log atomrl-unfused
+ATOMRL_CUDA_FUSED=0 timeout "${T4:-70}" $X bench $SHAPE --dtypes bf16 --batches 1,64 --json "$OUT/atomrl-unfused.json" >> "$L" 2>&1; echo "rc=$?" >> "$L"
+log atomrl-event-tracking
+# cudarc's per-buffer CUDA events back on (atomrl_core::cuda::configure_device turns them off):
+# what they cost a decode step and a training step, in all.log only.
+ATOMRL_CUDA_EVENT_TRACKING=1 timeout "${T8:-40}" $X bench $SHAPE --dtypes bf16 --batches 1,64 >> "$L" 2>&1; echo "rc=$?" >> "$L"
+log torch-bench
+PYTHONUNBUFFERED=1 timeout "${T5:-90}" python3 gpu/bench_torch_gpu.py --device cuda --shape qwen2.5-0.5b --bandwidth-gbs $BW --batches "${TORCH_BATCHES:-1,64}" ${TORCH_ARGS:-} --json "$OUT/torch-bench.json" >> "$L" 2>&1; echo "rc=$?" >> "$L"
+log grpo
+timeout "${T6:-40}" gpu/grpo_gsm8k --device cuda --max-steps 20 --set 'dtype="bf16"' --set eval_size=100 --output-dir /tmp/atomrl-gpu-run >> "$L" 2>&1; echo "rc=$?" >> "$L"
+cp /tmp/atomrl-gpu-run/metrics.jsonl "$OUT/metrics.jsonl" 2>/dev/null
+log end
