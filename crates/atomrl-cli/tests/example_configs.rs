@@ -31,6 +31,8 @@ fn every_shipped_configuration_loads_and_validates() {
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n.ends_with(".toml"))
+        // Sweep files are not run configurations: atomrl-sweep's tests load them.
+        .filter(|n| !n.starts_with("sweep"))
         .collect();
     shipped.sort();
     let mut tested: Vec<String> = CONFIGS.iter().map(|(n, _, _)| n.to_string()).collect();

@@ -208,6 +208,22 @@ pub fn write_charts(rows: &[MetricRow], dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(written)
 }
 
+/// Registers the embedded DejaVu Sans with plotters once per process, as the `sans-serif`,
+/// `serif` and `monospace` families, so that other crates' plotters charts render text on a
+/// machine without system fonts.
+///
+/// # Errors
+/// The embedded font does not load.
+///
+/// ```
+/// atomrl_metrics::register_chart_font()?;
+/// atomrl_metrics::register_chart_font()?; // once is enough; again is a no-op
+/// # Ok::<(), atomrl_core::Error>(())
+/// ```
+pub fn register_chart_font() -> Result<()> {
+    register_embedded_font()
+}
+
 /// Registers [`FONT`] with plotters once per process.
 fn register_embedded_font() -> Result<()> {
     static REGISTERED: OnceLock<std::result::Result<(), String>> = OnceLock::new();
