@@ -284,6 +284,22 @@ impl SweepConfig {
         o
     }
 
+    /// Where trial `index` runs when the base runs on a GPU and `parallel > 1`: one GPU per
+    /// concurrent trial, `cuda:(L·parallel + k mod parallel)` for this rank's `k`-th trial and
+    /// its local rank `L` (trials running at once differ in `k` by less than `parallel`, so
+    /// they get different GPUs). Empty on the CPU.
+    pub fn placement(&self, index: usize, ranks: usize) -> Vec<String> {
+        let on_gpu = self
+            .trial_args(&[], &self.output_dir)
+            .is_ok_and(|a| matches!(a.device, atomrl_core::DeviceSpec::Cuda(_)));
+        if !on_gpu || self.parallel < 2 {
+            return Vec::new();
+        }
+        let local = atomrl_dist::local_rank_from_env().unwrap_or(0);
+        let gpu = local * self.parallel + (index / ranks.max(1)) % self.parallel;
+        vec![format!("device=\"cuda:{gpu}\"")]
+    }
+
     /// Loads the run configuration at each end of every range and with every choice, so that
     /// an unknown key or a value the key does not take fails before any trial.
     fn check_search(&self) -> Result<()> {
@@ -436,4 +452,57 @@ fn parse_objective(v: Option<&toml::Value>) -> Result<Objective> {
         }
     }
     Ok(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sweep(text: &str) -> Result<SweepConfig> {
+        SweepConfig::from_table(&toml::from_str(text).unwrap(), Path::new("."))
+    }
+
+    const BASE: &str = "[base]\nmodel = \"m\"\ndataset = \"d.jsonl\"\n";
+
+    #[test]
+    fn concurrent_gpu_trials_get_different_gpus() {
+        let cfg = sweep(&format!(
+            "[sweep]\nparallel = 2\n{BASE}device = \"cuda\"\n[search]\nlr = {{ log_uniform = [1e-5, 1e-3] }}\n"
+        ))
+        .unwrap();
+        let gpus: Vec<Vec<String>> = (0..4).map(|i| cfg.placement(i, 1)).collect();
+        assert_eq!(gpus[0], ["device=\"cuda:0\""]);
+        assert_eq!(gpus[1], ["device=\"cuda:1\""]);
+        assert_eq!(gpus[2], gpus[0]);
+        // Two ranks: rank r runs trials r, r + 2, ...; its consecutive trials alternate GPUs.
+        assert_ne!(cfg.placement(0, 2), cfg.placement(2, 2));
+        let cpu = sweep(&format!(
+            "[sweep]\nparallel = 2\n{BASE}[search]\nlr = {{ uniform = [0.1, 0.2] }}\n"
+        ))
+        .unwrap();
+        assert!(cpu.placement(1, 1).is_empty());
+    }
+
+    #[test]
+    fn bad_sweep_keys_are_named() {
+        for (text, key) in [
+            ("[sweep]\ntrialz = 3\n", "sweep.trialz"),
+            ("[sweep]\ntrials = 0\n", "sweep.trials"),
+            ("[sweep]\nsampler = \"bayes\"\n", "sweep.sampler"),
+            ("[sweep]\nbudget_seconds = -1\n", "sweep.budget_seconds"),
+            (
+                "[sweep.asha]\nreduction_factor = 3\n",
+                "sweep.asha.min_steps",
+            ),
+            ("[sweep.objective]\nmode = \"up\"\n", "sweep.objective.mode"),
+            ("[sweep]\nsampler = \"grid\"\ntrials = 5\n", "sweep.trials"),
+        ] {
+            let err = sweep(&format!(
+                "{text}{BASE}[search]\nlr = {{ choice = [1e-3, 2e-3] }}\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(err.starts_with(key), "{text}: {err}");
+        }
+    }
 }

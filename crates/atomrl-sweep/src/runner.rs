@@ -180,7 +180,11 @@ fn start(
             .as_ref()
             .map(|b| std::path::absolute(b).unwrap_or_else(|_| b.clone())),
         recipe: cfg.recipe.map(|r| r.name().to_string()),
-        overrides: cfg.trial_overrides(&record.toml_params(), &abs_dir.join("run")),
+        overrides: {
+            let mut o = cfg.trial_overrides(&record.toml_params(), &abs_dir.join("run"));
+            o.extend(cfg.placement(i, mpi_share().1));
+            o
+        },
     };
     plan.write(&dir)?;
     record.write(&dir)?;
