@@ -140,10 +140,13 @@ fn best_toml(cfg: &SweepConfig, b: &TrialRecord) -> Result<String> {
             .unwrap_or_else(|| toml::Value::String(value.to_string()));
         set_dotted(&mut table, key.trim(), value);
     }
-    // A parallel trial's thread share is no part of the configuration found.
+    // A parallel trial's thread share and GPU are no part of the configuration found, and a
+    // run of it writes a folder of its own, not into the trial's.
     for k in ["threads", "workers", "resume"] {
         table.remove(k);
     }
+    let out = cfg.output_dir.join("best");
+    table.insert("output_dir".into(), out.display().to_string().into());
     let header = format!(
         "# The best of {} trials: trial {} ({} = {}).\n# atomrl-train --config {}\n",
         cfg.trials,

@@ -119,6 +119,11 @@ fn a_grid_sweep_records_failures_writes_reports_and_resumes() {
     let best = dir.join("sweep/best.toml");
     let args = atomrl_config::load_args(Some(&best), None, &[]).unwrap();
     assert_eq!(args.max_steps, 2);
+    assert!(
+        args.output_dir.ends_with("sweep/best"),
+        "{}",
+        args.output_dir
+    );
     assert!([1e-3, 2e-3].contains(&args.lr));
 
     // A sweep killed while trial 1 ran: trial 0 is kept, trial 1 continues from its checkpoint.
