@@ -349,6 +349,11 @@ impl Trainer {
             return Ok(MetricsLogger::disabled(output_dir));
         }
         std::fs::create_dir_all(output_dir).map_err(|e| Error::file(output_dir.display(), e))?;
+        // The configuration as resolved (preset, file, overrides): what `atomrl-compare`
+        // diffs, and a file that reruns the run.
+        let path = output_dir.join("config.toml");
+        let text = toml::to_string(&self.run.args).map_err(|e| Error::file(path.display(), e))?;
+        std::fs::write(&path, text).map_err(|e| Error::file(path.display(), e))?;
         MetricsLogger::create(output_dir, resumed_at, total as u64, self.run.args.progress)
     }
 
