@@ -73,7 +73,12 @@ fn load_run(dir: &Path, name: String) -> Run {
     let mut config = BTreeMap::new();
     match std::fs::read_to_string(dir.join("config.toml")) {
         Ok(text) => match toml::from_str::<toml::Table>(&text) {
-            Ok(t) => flatten("", &t, &mut config),
+            Ok(t) => {
+                config = atomrl_trainer::config::flatten_table(&t)
+                    .into_iter()
+                    .map(|(k, v)| (k, v.to_string()))
+                    .collect();
+            }
             Err(e) => notes.push(format!("config.toml unreadable: {e}")),
         },
         Err(_) => notes.push("no config.toml (a run from before runs wrote it)".into()),
@@ -84,22 +89,6 @@ fn load_run(dir: &Path, name: String) -> Run {
         config,
         rows,
         notes,
-    }
-}
-
-fn flatten(prefix: &str, t: &toml::Table, out: &mut BTreeMap<String, String>) {
-    for (k, v) in t {
-        let key = if prefix.is_empty() {
-            k.clone()
-        } else {
-            format!("{prefix}.{k}")
-        };
-        match v {
-            toml::Value::Table(inner) => flatten(&key, inner, out),
-            other => {
-                out.insert(key, other.to_string());
-            }
-        }
     }
 }
 
@@ -249,8 +238,8 @@ pub fn write_overlay(runs: &[Run], metrics: &[String], path: &Path) -> anyhow::R
             })
             .collect();
         let all = lines.iter().flatten();
-        let (x0, x1) = range(all.clone().map(|p| p.0));
-        let (y0, y1) = range(all.map(|p| p.1));
+        let (x0, x1) = atomrl_metrics::padded_range(all.clone().map(|p| p.0));
+        let (y0, y1) = atomrl_metrics::padded_range(all.map(|p| p.1));
         let draw = || -> Result<(), String> {
             let mut chart = ChartBuilder::on(area)
                 .caption(m, ("sans-serif", 18))
@@ -289,16 +278,4 @@ pub fn write_overlay(runs: &[Run], metrics: &[String], path: &Path) -> anyhow::R
     root.present()
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     Ok(())
-}
-
-/// A padded range over finite values (`0..1` when none).
-fn range(values: impl Iterator<Item = f64>) -> (f64, f64) {
-    let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
-        (a.min(v), b.max(v))
-    });
-    if !lo.is_finite() {
-        return (0.0, 1.0);
-    }
-    let pad = ((hi - lo) * 0.05).max(1e-9);
-    (lo - pad, hi + pad)
 }

@@ -37,8 +37,7 @@ pub fn load_args(
         None => toml::Table::new(),
     };
     for item in overrides {
-        let (key, value) = parse_override(item)?;
-        set_path(&mut table, &key, value)?;
+        apply_override(&mut table, item)?;
     }
     let recipe = match recipe {
         Some(r) => r,
@@ -156,6 +155,55 @@ fn read_table(path: &Path) -> Result<toml::Table> {
         );
         Error::file(at, e.message())
     })
+}
+
+/// Sets one `key=value` override in a configuration table, as `load_args` and `--set` do: a
+/// TOML value (a bare word is a string), a dotted key into nested tables.
+///
+/// # Errors
+/// An item without `=` or with an empty key, or a dotted key through a value that is not a
+/// table.
+///
+/// ```
+/// let mut t = toml::Table::new();
+/// atomrl_config::apply_override(&mut t, "lora.r=8")?;
+/// atomrl_config::apply_override(&mut t, "model=tiny")?;
+/// assert_eq!(t["lora"]["r"].as_integer(), Some(8));
+/// assert_eq!(t["model"].as_str(), Some("tiny"));
+/// # Ok::<(), atomrl_core::Error>(())
+/// ```
+pub fn apply_override(table: &mut toml::Table, item: &str) -> Result<()> {
+    let (key, value) = parse_override(item)?;
+    set_path(table, &key, value)
+}
+
+/// The leaves of a configuration table as `(dotted key, value)` pairs, in the table's
+/// iteration order (sorted by key):
+/// the inverse of [`apply_override`] (`lora.r` for `[lora] r = 8`).
+///
+/// ```
+/// let t: toml::Table = toml::from_str("lr = 1e-4\n[lora]\nr = 8\n")?;
+/// let keys: Vec<String> = atomrl_config::flatten_table(&t).into_iter().map(|(k, _)| k).collect();
+/// assert_eq!(keys, ["lora.r", "lr"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn flatten_table(table: &toml::Table) -> Vec<(String, toml::Value)> {
+    fn walk(prefix: &str, t: &toml::Table, out: &mut Vec<(String, toml::Value)>) {
+        for (k, v) in t {
+            let key = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            match v {
+                toml::Value::Table(inner) => walk(&key, inner, out),
+                other => out.push((key, other.clone())),
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk("", table, &mut out);
+    out
 }
 
 /// `key=value` → (key, TOML value); a value that is not valid TOML is taken as a string.

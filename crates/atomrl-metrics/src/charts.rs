@@ -350,6 +350,28 @@ fn finite_points(rows: &[MetricRow], key: &str) -> Vec<(u64, f64)> {
     points
 }
 
+/// An axis range over the finite `values` with room around them (5% of their span, or 10%
+/// of the value when they are all equal); `0..1` when there is none. For other crates' charts.
+///
+/// ```
+/// assert_eq!(atomrl_metrics::padded_range([f64::NAN]), (0.0, 1.0));
+/// let (lo, hi) = atomrl_metrics::padded_range([0.0, 10.0, f64::INFINITY]);
+/// assert!(lo < 0.0 && hi > 10.0 && hi < 11.0);
+/// ```
+pub fn padded_range(values: impl IntoIterator<Item = f64>) -> (f64, f64) {
+    let (lo, hi) = values
+        .into_iter()
+        .filter(|v| v.is_finite())
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+            (a.min(v), b.max(v))
+        });
+    if lo.is_finite() {
+        padded(lo, hi)
+    } else {
+        (0.0, 1.0)
+    }
+}
+
 /// `[lo, hi)` with room around the data; never empty.
 fn padded(lo: f64, hi: f64) -> (f64, f64) {
     let span = hi - lo;

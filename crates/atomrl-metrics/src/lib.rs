@@ -47,7 +47,7 @@ mod progress;
 mod record;
 mod tensorboard;
 
-pub use charts::{chart_files, register_chart_font, write_charts, CHART_SIZE};
+pub use charts::{chart_files, padded_range, register_chart_font, write_charts, CHART_SIZE};
 pub use jsonl::{read_metrics, JsonlWriter};
 pub use logger::{
     MetricsLogger, CHARTS_DIR, METRICS_FILE, SAMPLES_FILE, SAMPLES_TAG, TENSORBOARD_DIR,

@@ -124,21 +124,6 @@ fn get_str<'a>(t: &'a toml::Table, key: &str, prefix: &str) -> Result<Option<&'a
     }
 }
 
-/// `key=value` overrides from a table, dotted for nested tables (`lora.r=8`).
-fn flatten(prefix: &str, t: &toml::Table, out: &mut Vec<String>) {
-    for (k, v) in t {
-        let key = if prefix.is_empty() {
-            k.clone()
-        } else {
-            format!("{prefix}.{k}")
-        };
-        match v {
-            toml::Value::Table(inner) => flatten(&key, inner, out),
-            _ => out.push(format!("{key}={v}")),
-        }
-    }
-}
-
 impl SweepConfig {
     /// Reads and checks a sweep file: every key of `[sweep]`, the search space, and every
     /// searched value against the run configuration (an unknown key or a value of the wrong
@@ -187,8 +172,10 @@ impl SweepConfig {
             .map(|r| r.parse::<Recipe>())
             .transpose()
             .map_err(|e| SweepError::config("sweep.recipe", "a recipe name", e))?;
-        let mut base_overrides = Vec::new();
-        flatten("", table_of("base")?, &mut base_overrides);
+        let base_overrides = atomrl_config::flatten_table(table_of("base")?)
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         let kind: SamplerKind = get_str(s, "sampler", "sweep")?.unwrap_or("tpe").parse()?;
         let seed = get_usize(s, "seed", 0, 0)? as u64;
         let trials = get_usize(s, "trials", 10, 1)?;

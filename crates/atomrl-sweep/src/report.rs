@@ -15,31 +15,23 @@ use crate::objective::run_rows;
 use crate::space::Dist;
 use crate::trial::{short, trial_dir, Status, TrialRecord};
 
-/// The best ended trial with an objective (finished before stopped ones).
+/// The best ended trial with an objective (finished before stopped ones; the first of equals).
 pub fn best(cfg: &SweepConfig, records: &[TrialRecord]) -> Option<TrialRecord> {
-    let better = |a: f64, b: f64| {
+    let value = |r: &TrialRecord| r.objective.unwrap_or(f64::NAN);
+    // `min_by` keeps the first of equal elements: order the better first.
+    let order = |a: &&TrialRecord, b: &&TrialRecord| {
+        let o = value(a).total_cmp(&value(b));
         if cfg.objective.maximize() {
-            a > b
+            o.reverse()
         } else {
-            a < b
+            o
         }
     };
     let pick = |status: Status| {
         records
             .iter()
-            .filter(|r| r.status == status)
-            .filter(|r| r.objective.is_some_and(f64::is_finite))
-            .fold(None::<&TrialRecord>, |acc, r| match acc {
-                Some(a)
-                    if !better(
-                        r.objective.unwrap_or(f64::NAN),
-                        a.objective.unwrap_or(f64::NAN),
-                    ) =>
-                {
-                    Some(a)
-                }
-                _ => Some(r),
-            })
+            .filter(|r| r.status == status && value(r).is_finite())
+            .min_by(order)
             .cloned()
     };
     pick(Status::Finished).or_else(|| pick(Status::Pruned))
@@ -131,14 +123,8 @@ fn best_toml(cfg: &SweepConfig, b: &TrialRecord) -> Result<String> {
     }
     let run = trial_dir(&cfg.output_dir, b.index).join("run");
     for o in cfg.trial_overrides(&b.toml_params(), &run) {
-        let Some((key, value)) = o.split_once('=') else {
-            continue;
-        };
-        let value: toml::Value = toml::from_str::<toml::Table>(&format!("v = {value}"))
-            .ok()
-            .and_then(|t| t.get("v").cloned())
-            .unwrap_or_else(|| toml::Value::String(value.to_string()));
-        set_dotted(&mut table, key.trim(), value);
+        atomrl_config::apply_override(&mut table, &o)
+            .map_err(|e| SweepError::file(cfg.output_dir.join("best.toml"), e))?;
     }
     // A parallel trial's thread share and GPU are no part of the configuration found, and a
     // run of it writes a folder of its own, not into the trial's.
@@ -158,25 +144,6 @@ fn best_toml(cfg: &SweepConfig, b: &TrialRecord) -> Result<String> {
     let body = toml::to_string(&table)
         .map_err(|e| SweepError::file(cfg.output_dir.join("best.toml"), e))?;
     Ok(header + &body)
-}
-
-fn set_dotted(table: &mut toml::Table, key: &str, value: toml::Value) {
-    match key.split_once('.') {
-        Some((head, rest)) => {
-            let entry = table
-                .entry(head.to_string())
-                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-            if !entry.is_table() {
-                *entry = toml::Value::Table(toml::Table::new());
-            }
-            if let toml::Value::Table(inner) = entry {
-                set_dotted(inner, rest, value);
-            }
-        }
-        None => {
-            table.insert(key.to_string(), value);
-        }
-    }
 }
 
 const SIZE: (u32, u32) = (800, 480);
@@ -218,8 +185,8 @@ fn objective_chart(cfg: &SweepConfig, records: &[TrialRecord]) -> Result<PathBuf
                 Some((x, v, r.status))
             })
             .collect();
-        let (x0, x1) = bounds(points.iter().map(|p| p.0));
-        let (y0, y1) = bounds(points.iter().map(|p| p.1));
+        let (x0, x1) = atomrl_metrics::padded_range(points.iter().map(|p| p.0));
+        let (y0, y1) = atomrl_metrics::padded_range(points.iter().map(|p| p.1));
         let label = match p.dist {
             Dist::LogUniform(..) => format!("log10 {}", p.key),
             Dist::Choice(_) => format!("{} (choice index)", p.key),
@@ -270,8 +237,10 @@ fn curves_chart(cfg: &SweepConfig, records: &[TrialRecord]) -> Result<PathBuf> {
             lines.push((r.index, pts));
         }
     }
-    let (x0, x1) = bounds(lines.iter().flat_map(|(_, p)| p.iter().map(|q| q.0)));
-    let (y0, y1) = bounds(lines.iter().flat_map(|(_, p)| p.iter().map(|q| q.1)));
+    let (x0, x1) =
+        atomrl_metrics::padded_range(lines.iter().flat_map(|(_, p)| p.iter().map(|q| q.0)));
+    let (y0, y1) =
+        atomrl_metrics::padded_range(lines.iter().flat_map(|(_, p)| p.iter().map(|q| q.1)));
     let root = BitMapBackend::new(&path, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
     let caption = format!("{} of each trial", cfg.objective.metric);
@@ -342,18 +311,4 @@ impl Axes<'_> {
             .map_err(|e| e.to_string())?;
         Ok(chart)
     }
-}
-
-/// A padded range over finite values (`0..1` when none).
-fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
-    let (lo, hi) = values
-        .filter(|v| v.is_finite())
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
-            (a.min(v), b.max(v))
-        });
-    if !lo.is_finite() {
-        return (0.0, 1.0);
-    }
-    let pad = ((hi - lo) * 0.05).max(1e-9);
-    (lo - pad, hi + pad)
 }

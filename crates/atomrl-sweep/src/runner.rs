@@ -211,6 +211,12 @@ fn poll(
         trial: i,
         detail: e.to_string(),
     })?;
+    // The metrics are read only when something is decided from them: a rung not yet
+    // reached, or the end.
+    let rung_pending = cfg.asha.is_some() && r.record.rungs.len() < rungs.len();
+    if exited.is_none() && !rung_pending {
+        return Ok(None);
+    }
     let rows = match run_rows(&dir.join("run")) {
         Ok(rows) => rows,
         Err(e) if exited.is_some() => {
