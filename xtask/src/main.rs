@@ -12,6 +12,7 @@ mod bench;
 #[global_allocator]
 static ALLOCATOR: atomrl_core::profile::CountingAllocator = atomrl_core::profile::CountingAllocator;
 
+mod dashboard_bench;
 mod device_check;
 mod hub_serve;
 mod size;
@@ -48,6 +49,8 @@ enum Task {
     /// Check the size limits of the training step's crates: atomrl-trainer at most 3,000
     /// non-test lines, no function of the trainer, rollouts or sampler over 80 lines.
     Size,
+    /// Time the dashboard opening a large run and comparing many (HTTP, cold and warm).
+    DashboardBench(dashboard_bench::DashboardBenchArgs),
     /// Serve a local stand-in of the Hugging Face Hub (the fixture model, single-file and
     /// sharded, and a GSM8K-format dataset) to try downloads offline: set `HF_ENDPOINT` to it.
     HubServe(hub_serve::HubServeArgs),
@@ -126,6 +129,7 @@ fn main() -> Result<()> {
         Task::DeviceCheck(args) => device_check::run(&args).map(|_| ()),
         Task::Data(args) => data(&args),
         Task::Charts(args) => charts(&args),
+        Task::DashboardBench(args) => dashboard_bench::run(&args),
         Task::HubServe(args) => hub_serve::run(&args).map(|_| ()),
     }
 }

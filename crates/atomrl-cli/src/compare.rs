@@ -112,31 +112,13 @@ pub fn metrics_to_compare(runs: &[Run], wanted: &[String]) -> Vec<String> {
 pub const DEFAULT_METRICS: [&str; 4] = ["eval/accuracy", "reward/mean", "loss", "kl"];
 
 /// The last finite value of `metric` and the best one (largest, or smallest for losses and
-/// KL), with its step.
+/// KL), with its step ([`atomrl_metrics::final_and_best`] over the rows).
 pub fn final_and_best(rows: &[MetricRow], metric: &str) -> Option<(f64, (f64, u64))> {
-    let lower_is_better = metric.contains("loss") || metric == "kl";
     let points: Vec<(u64, f64)> = rows
         .iter()
-        .filter_map(|r| Some((r.step, r.get(metric).filter(|v| v.is_finite())?)))
+        .filter_map(|r| Some((r.step, r.get(metric)?)))
         .collect();
-    let last = points.last()?.1;
-    let best = points
-        .iter()
-        .copied()
-        .reduce(|a, b| {
-            let better = if lower_is_better {
-                b.1 < a.1
-            } else {
-                b.1 > a.1
-            };
-            if better {
-                b
-            } else {
-                a
-            }
-        })
-        .map(|(s, v)| (v, s))?;
-    Some((last, best))
+    atomrl_metrics::final_and_best(&points, metric)
 }
 
 /// The comparison as markdown: the runs, the configuration keys that differ, and each
@@ -178,16 +160,8 @@ pub fn markdown(runs: &[Run], metrics: &[String]) -> String {
         let _ = writeln!(md, "\n{}: {}", r.name, r.notes.join("; "));
     }
     md += "\n## Configuration keys that differ\n\n";
-    let keys: std::collections::BTreeSet<&String> =
-        runs.iter().flat_map(|r| r.config.keys()).collect();
-    let differing: Vec<&String> = keys
-        .into_iter()
-        .filter(|k| *k != "output_dir")
-        .filter(|k| {
-            let first = runs[0].config.get(*k);
-            runs.iter().any(|r| r.config.get(*k) != first)
-        })
-        .collect();
+    let configs: Vec<&BTreeMap<String, String>> = runs.iter().map(|r| &r.config).collect();
+    let differing = atomrl_trainer::config::differing_keys(&configs);
     if differing.is_empty() {
         md += "none\n";
     } else {
@@ -195,7 +169,7 @@ pub fn markdown(runs: &[Run], metrics: &[String]) -> String {
         for k in differing {
             let vals: Vec<String> = runs
                 .iter()
-                .map(|r| r.config.get(k).cloned().unwrap_or_else(|| "-".into()))
+                .map(|r| r.config.get(&k).cloned().unwrap_or_else(|| "-".into()))
                 .collect();
             let _ = writeln!(md, "| {k} | {} |", vals.join(" | "));
         }

@@ -280,6 +280,12 @@ pub struct GRPOArgs {
     pub eval_steps: usize,
     /// Log sample completions every this many steps.
     pub logging_steps: usize,
+    /// Completions logged per logged step in `samples.jsonl` (whole groups where it holds
+    /// one; 0: none): with their rewards, advantage, length, finish reason and tool calls, for
+    /// the dashboard's rollout browser. Bounds the file: each text is also cut to 8,000
+    /// characters.
+    #[serde(default = "default_log_completions_max")]
+    pub log_completions_max: usize,
     /// Resume: `"auto"` (latest complete checkpoint in `output_dir`, if any), `"never"`, or a
     /// checkpoint folder.
     pub resume: Resume,
@@ -364,6 +370,11 @@ impl GRPOArgs {
     }
 }
 
+/// The default of [`GRPOArgs::log_completions_max`]: a few groups of a step.
+fn default_log_completions_max() -> usize {
+    64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -438,6 +449,7 @@ mod tests {
             save_total_limit: 3,
             eval_steps: 0,
             logging_steps: 10,
+            log_completions_max: default_log_completions_max(),
             resume: Resume::Never,
             lora: None,
             dtype: ComputeDtype::F32,

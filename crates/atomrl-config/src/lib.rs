@@ -32,7 +32,7 @@ pub use args::{AccuracySpec, GRPOArgs, LoraArgs, LrSchedule, Recipe, RewardSpec}
 /// The compute dtype and the device, re-exported from [`atomrl_core`] (their home since every
 /// command shares them) so that configuration code finds them here too.
 pub use atomrl_core::{ComputeDtype, DeviceSpec};
-pub use load::{apply_override, flatten_table, load_args};
+pub use load::{apply_override, differing_keys, flatten_table, load_args};
 pub use parts::{LossConfig, PolicyObjective, UpdateConfig};
 pub use preference::{DpoArgs, RewardModelArgs};
 pub use resume::Resume;

@@ -206,6 +206,27 @@ pub fn flatten_table(table: &toml::Table) -> Vec<(String, toml::Value)> {
     out
 }
 
+/// The keys whose values differ between flattened configurations (a key missing from some
+/// counts as differing), sorted; `output_dir`, which always differs between runs, left out.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// let a: BTreeMap<String, String> = [("lr".into(), "1e-6".into()), ("seed".into(), "1".into()), ("output_dir".into(), "a".into())].into();
+/// let b: BTreeMap<String, String> = [("lr".into(), "2e-6".into()), ("seed".into(), "1".into()), ("output_dir".into(), "b".into())].into();
+/// assert_eq!(atomrl_config::differing_keys(&[&a, &b]), ["lr"]);
+/// ```
+pub fn differing_keys(configs: &[&std::collections::BTreeMap<String, String>]) -> Vec<String> {
+    let keys: std::collections::BTreeSet<&String> = configs.iter().flat_map(|c| c.keys()).collect();
+    keys.into_iter()
+        .filter(|k| k.as_str() != "output_dir")
+        .filter(|k| {
+            let first = configs.first().and_then(|c| c.get(*k));
+            configs.iter().any(|c| c.get(*k) != first)
+        })
+        .cloned()
+        .collect()
+}
+
 /// `key=value` → (key, TOML value); a value that is not valid TOML is taken as a string.
 fn parse_override(item: &str) -> Result<(String, toml::Value)> {
     let (key, raw) = item

@@ -101,6 +101,11 @@ impl GRPOArgs {
                 || (self.kl_in_reward() && self.beta > 0.0),
             micro_batches: self.gradient_accumulation_steps,
             pad_token_id,
+            log_records: if self.logging_steps > 0 {
+                self.log_completions_max
+            } else {
+                0
+            },
         }
     }
 

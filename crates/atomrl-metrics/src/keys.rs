@@ -115,6 +115,9 @@ pub const DPO_REWARDS_MARGINS: &str = "rewards/margins";
 pub const DPO_LOGPS_CHOSEN: &str = "logps/chosen";
 /// DPO: mean summed log-prob of the rejected completions under the policy.
 pub const DPO_LOGPS_REJECTED: &str = "logps/rejected";
+/// Wall-clock time the row was logged, Unix seconds (added to every `metrics.jsonl` row by
+/// the logger; an axis, not a curve).
+pub const WALL_TIME_S: &str = "time/wall_s";
 /// Held-out accuracy.
 pub const EVAL_ACCURACY: &str = "eval/accuracy";
 /// Held-out share of completions in the hard format.

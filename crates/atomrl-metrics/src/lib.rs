@@ -39,14 +39,17 @@
 
 #![deny(missing_docs)]
 
+mod best;
 mod charts;
 mod jsonl;
 pub mod keys;
 mod logger;
 mod progress;
 mod record;
+mod status;
 mod tensorboard;
 
+pub use best::{final_and_best, lower_is_better};
 pub use charts::{chart_files, padded_range, register_chart_font, write_charts, CHART_SIZE};
 pub use jsonl::{read_metrics, JsonlWriter};
 pub use logger::{
@@ -54,4 +57,5 @@ pub use logger::{
 };
 pub use progress::{progress_summary, Progress};
 pub use record::{MetricRow, STEP_KEY};
+pub use status::{unix_now, RunState, RunStatus, STATUS_FILE};
 pub use tensorboard::TensorBoardWriter;

@@ -4,13 +4,16 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use atomrl_core::{Error, Result};
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Value};
 
 use crate::charts::write_charts;
 use crate::jsonl::{read_metrics, JsonlWriter};
+use crate::keys;
 use crate::progress::Progress;
 use crate::record::{MetricRow, STEP_KEY};
+use crate::status::{unix_now, RunStatus};
 use crate::tensorboard::TensorBoardWriter;
+use atomrl_core::RolloutRecord;
 
 /// File name of the per-step metrics in the output folder.
 pub const METRICS_FILE: &str = "metrics.jsonl";
@@ -30,11 +33,15 @@ const PREVIEW_CHARS: usize = 160;
 ///
 /// ```text
 /// output_dir/
-///   metrics.jsonl        one MetricRow per logged step
-///   samples.jsonl        {"step", "index", "prompt", "completion", "reward"} per sample
+///   metrics.jsonl        one MetricRow per logged step, with its wall time (time/wall_s)
+///   samples.jsonl        one RolloutRecord per logged completion, with its step and index
+///   status.json          running / finished / failed, and the process (RunStatus)
 ///   tensorboard/         events.out.tfevents.* (scalars + sample text)
 ///   charts/*.png         written by `finish`
 /// ```
+///
+/// Dropped before [`MetricsLogger::finish`] (an error or a panic ended the run), the logger
+/// marks the run `failed` in `status.json`.
 ///
 /// Resuming (`resume_after_step = Some(s)`, the step of the checkpoint loaded) cuts
 /// `metrics.jsonl` and `samples.jsonl` back to the rows with `step <= s` and marks a session
@@ -53,7 +60,12 @@ const PREVIEW_CHARS: usize = 160;
 ///         .with("loss", 1.0 / step as f64);
 ///     logger.log(&row)?;
 /// }
-/// logger.log_samples(10, &[("2+2?".into(), "4".into(), 1.0)])?;
+/// let record = atomrl_core::RolloutRecord {
+///     group: 0, prompt: "2+2?".into(), completion: "4".into(), reward: 1.0,
+///     rewards: Default::default(), advantage: Some(0.0), correct: Some(true),
+///     completion_tokens: 1, finish_reason: "eos".into(), tool_calls: vec![],
+/// };
+/// logger.log_samples(10, &[record])?;
 /// let charts = logger.finish()?;
 /// assert_eq!(charts.len(), 2); // reward.png, loss.png
 /// assert!(dir.join("metrics.jsonl").exists() && dir.join("samples.jsonl").exists());
@@ -74,6 +86,8 @@ struct Outputs {
     samples: JsonlWriter,
     tensorboard: TensorBoardWriter,
     progress: Progress,
+    /// [`MetricsLogger::finish`] ran: dropping the logger then leaves the status alone.
+    finished: std::cell::Cell<bool>,
 }
 
 impl MetricsLogger {
@@ -102,6 +116,7 @@ impl MetricsLogger {
             tensorboard.add_session_start(step.saturating_add(1))?;
         }
         let progress = Progress::new(total_steps, resume_after_step.unwrap_or(0), show_progress);
+        RunStatus::start(output_dir, total_steps)?;
         Ok(Self {
             output_dir: output_dir.to_path_buf(),
             outputs: Some(Outputs {
@@ -109,6 +124,7 @@ impl MetricsLogger {
                 samples,
                 tensorboard,
                 progress,
+                finished: std::cell::Cell::new(false),
             }),
         })
     }
@@ -133,8 +149,9 @@ impl MetricsLogger {
         }
     }
 
-    /// Logs one step: appends the row to `metrics.jsonl`, writes its finite values as
-    /// TensorBoard scalars and updates the progress bar.
+    /// Logs one step: appends the row to `metrics.jsonl` with the wall time
+    /// ([`keys::WALL_TIME_S`], Unix seconds, for a wall-time axis), writes its finite values as
+    /// TensorBoard scalars (which keep their own wall time) and updates the progress bar.
     ///
     /// # Errors
     /// [`Error::File`] on a write failure; [`Error::Value`] for a metric named `step`.
@@ -145,14 +162,16 @@ impl MetricsLogger {
         let Some(o) = &mut self.outputs else {
             return Ok(());
         };
-        o.metrics.write(row)?;
+        let mut stamped = row.clone();
+        stamped.push(keys::WALL_TIME_S, unix_now());
+        o.metrics.write(&stamped)?;
         o.tensorboard.add_scalars(row)?;
         o.progress.update(row);
         Ok(())
     }
 
-    /// Logs sample completions of `step`, each `(prompt, completion, reward)`: one line each in
-    /// `samples.jsonl`, all of them as one Markdown text summary in TensorBoard (tag
+    /// Logs the completions of `step`: one line each in `samples.jsonl` (the record with
+    /// `step` and `index`), the first two as a Markdown text summary in TensorBoard (tag
     /// `samples`), and a one-line preview of the first above the progress bar. An empty slice
     /// logs nothing.
     ///
@@ -161,27 +180,23 @@ impl MetricsLogger {
     ///
     /// # Example
     /// See [`MetricsLogger`].
-    pub fn log_samples(&mut self, step: u64, samples: &[(String, String, f64)]) -> Result<()> {
-        let (Some(o), Some((prompt, completion, reward))) = (&mut self.outputs, samples.first())
-        else {
+    pub fn log_samples(&mut self, step: u64, records: &[RolloutRecord]) -> Result<()> {
+        let (Some(o), Some(first)) = (&mut self.outputs, records.first()) else {
             return Ok(());
         };
-        for (index, (prompt, completion, reward)) in samples.iter().enumerate() {
-            let mut map = Map::new();
-            map.insert(STEP_KEY.into(), Value::from(step));
-            map.insert("index".into(), Value::from(index));
-            map.insert("prompt".into(), Value::from(prompt.as_str()));
-            map.insert("completion".into(), Value::from(completion.as_str()));
-            let reward = Number::from_f64(*reward).map_or(Value::Null, Value::Number);
-            map.insert("reward".into(), reward);
-            o.samples.write_line(&Value::Object(map).to_string())?;
+        for (index, record) in records.iter().enumerate() {
+            o.samples.write_line(&sample_line(step, index, record)?)?;
         }
-        o.tensorboard
-            .add_text(step, SAMPLES_TAG, &samples_markdown(samples))?;
+        o.tensorboard.add_text(
+            step,
+            SAMPLES_TAG,
+            &samples_markdown(&records[..records.len().min(2)]),
+        )?;
         o.progress.println(format!(
-            "step {step} sample (reward {reward:.3}): {} => {}",
-            preview(prompt),
-            preview(completion)
+            "step {step} sample (reward {:.3}): {} => {}",
+            first.reward,
+            preview(&first.prompt),
+            preview(&first.completion)
         ));
         Ok(())
     }
@@ -200,7 +215,10 @@ impl MetricsLogger {
         };
         o.progress.finish();
         let rows = read_metrics(o.metrics.path())?;
-        write_charts(&rows, &self.output_dir.join(CHARTS_DIR))
+        let charts = write_charts(&rows, &self.output_dir.join(CHARTS_DIR))?;
+        RunStatus::end(&self.output_dir, Ok(()))?;
+        o.finished.set(true);
+        Ok(charts)
     }
 
     /// Flushes the TensorBoard event file (metrics and samples are flushed on every write).
@@ -300,10 +318,36 @@ impl MetricsLogger {
     }
 }
 
+impl Drop for MetricsLogger {
+    /// A logger dropped before [`MetricsLogger::finish`] ends a run that did not finish: its
+    /// status says `failed` (the trainer writes the error itself when it has one).
+    fn drop(&mut self) {
+        if let Some(o) = &self.outputs {
+            if !o.finished.get() {
+                let _ = RunStatus::end(&self.output_dir, Err("the run stopped before its end"));
+            }
+        }
+    }
+}
+
+/// One line of `samples.jsonl`: `step`, `index`, then the record's fields.
+fn sample_line(step: u64, index: usize, record: &RolloutRecord) -> Result<String> {
+    let mut map = Map::new();
+    map.insert(STEP_KEY.into(), Value::from(step));
+    map.insert("index".into(), Value::from(index));
+    match serde_json::to_value(record) {
+        Ok(Value::Object(fields)) => map.extend(fields),
+        Ok(_) => {}
+        Err(e) => return Err(Error::file(SAMPLES_FILE, e)),
+    }
+    Ok(Value::Object(map).to_string())
+}
+
 /// The samples as Markdown for TensorBoard's Text tab, prompt and completion in code fences.
-fn samples_markdown(samples: &[(String, String, f64)]) -> String {
+fn samples_markdown(samples: &[RolloutRecord]) -> String {
     let mut md = String::new();
-    for (i, (prompt, completion, reward)) in samples.iter().enumerate() {
+    for (i, r) in samples.iter().enumerate() {
+        let (prompt, completion, reward) = (&r.prompt, &r.completion, r.reward);
         if i > 0 {
             md.push_str("\n---\n\n");
         }
@@ -359,10 +403,19 @@ mod tests {
 
     #[test]
     fn markdown_lists_every_sample() {
-        let md = samples_markdown(&[
-            ("p0".into(), "c0".into(), 1.0),
-            ("p1".into(), "c1".into(), 0.0),
-        ]);
+        let record = |p: &str, c: &str, reward| RolloutRecord {
+            group: 0,
+            prompt: p.into(),
+            completion: c.into(),
+            reward,
+            rewards: Default::default(),
+            advantage: None,
+            correct: None,
+            completion_tokens: 1,
+            finish_reason: "eos".into(),
+            tool_calls: vec![],
+        };
+        let md = samples_markdown(&[record("p0", "c0", 1.0), record("p1", "c1", 0.0)]);
         assert!(md.contains("**sample 0**, reward 1") && md.contains("**sample 1**, reward 0"));
         assert!(md.contains("```text\nc1\n```"));
     }

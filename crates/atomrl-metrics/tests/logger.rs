@@ -43,14 +43,19 @@ fn row(s: u64) -> MetricRow {
     row
 }
 
-fn samples(s: u64) -> Vec<(String, String, f64)> {
+fn samples(s: u64) -> Vec<atomrl_core::RolloutRecord> {
     (0..2)
-        .map(|i| {
-            (
-                format!("Q{s}.{i}: what is {s} + {i}?"),
-                format!("<think>\n{s}+{i}\n</think>\n{}", s + i),
-                f64::from(i == 0),
-            )
+        .map(|i| atomrl_core::RolloutRecord {
+            group: 0,
+            prompt: format!("Q{s}.{i}: what is {s} + {i}?"),
+            completion: format!("<think>\n{s}+{i}\n</think>\n{}", s + i),
+            reward: f64::from(i == 0),
+            rewards: [("correctness".to_string(), f64::from(i == 0))].into(),
+            advantage: Some(if i == 0 { 0.7 } else { -0.7 }),
+            correct: Some(i == 0),
+            completion_tokens: 5,
+            finish_reason: "eos".into(),
+            tool_calls: vec![],
         })
         .collect()
 }
@@ -73,6 +78,27 @@ fn uninterrupted(dir: &Path) {
 
 fn read(path: PathBuf) -> String {
     std::fs::read_to_string(path).unwrap()
+}
+
+/// The rows of a `metrics.jsonl` without their wall time (which differs between runs), each
+/// checked to have one.
+fn rows_without_wall_time(path: PathBuf) -> Vec<MetricRow> {
+    read_metrics(path)
+        .unwrap()
+        .into_iter()
+        .map(|mut r| {
+            let before = r.values.len();
+            r.values
+                .retain(|(k, _)| k != atomrl_metrics::keys::WALL_TIME_S);
+            assert_eq!(
+                r.values.len() + 1,
+                before,
+                "no wall time in step {}",
+                r.step
+            );
+            r
+        })
+        .collect()
 }
 
 fn count_lines(path: &Path) -> usize {
@@ -141,9 +167,16 @@ fn sigkill_then_resume_writes_the_same_rows_as_an_uninterrupted_run() {
     let charts = logger.finish().unwrap();
     assert_eq!(charts.len(), 6);
 
+    // As JSON: a NaN loss is `null` in both (and NaN != NaN).
+    let json = |path: PathBuf| -> Vec<String> {
+        rows_without_wall_time(path)
+            .iter()
+            .map(|r| r.to_json().unwrap())
+            .collect()
+    };
     assert_eq!(
-        read(killed.join("metrics.jsonl")),
-        read(reference.join("metrics.jsonl"))
+        json(killed.join("metrics.jsonl")),
+        json(reference.join("metrics.jsonl"))
     );
     assert_eq!(
         read(killed.join("samples.jsonl")),
@@ -178,7 +211,7 @@ fn outputs_of_a_full_run() {
     logger.flush().unwrap();
     let charts = logger.finish().unwrap();
 
-    let rows = read_metrics(logger.metrics_path()).unwrap();
+    let rows = rows_without_wall_time(logger.metrics_path());
     assert_eq!(rows.len() as u64, TOTAL_STEPS);
     assert_eq!(rows[0], row(1));
     assert!(rows[12].get("loss").unwrap().is_nan());
@@ -197,6 +230,12 @@ fn outputs_of_a_full_run() {
     assert_eq!(samples[0]["prompt"], "Q5.0: what is 5 + 0?");
     assert_eq!(samples[1]["completion"], "<think>\n5+1\n</think>\n6");
     assert_eq!(samples[1]["reward"], 0.0);
+    assert_eq!(samples[1]["advantage"], -0.7);
+    assert_eq!(samples[1]["rewards"]["correctness"], 0.0);
+    assert_eq!(samples[1]["finish_reason"], "eos");
+    let status = atomrl_metrics::RunStatus::read(&dir).unwrap().unwrap();
+    assert_eq!(status.state, atomrl_metrics::RunState::Finished);
+    assert_eq!(status.steps_planned, TOTAL_STEPS);
 
     let names: Vec<String> = charts
         .iter()

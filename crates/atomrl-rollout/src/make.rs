@@ -12,7 +12,7 @@ use crate::log_probs::attach_log_probs;
 use crate::parallel::Parallel;
 use crate::prompt::EncodedPrompt;
 use crate::rollout::{generate_group_rows, RolloutContext, Scored};
-use crate::summary::{RolloutCounts, RolloutSummary};
+use crate::summary::{rollout_records, RolloutCounts, RolloutSummary};
 
 /// How a step's experience is made (the sampling, advantage and update settings it needs).
 #[derive(Debug, Clone)]
@@ -46,6 +46,9 @@ pub struct ExperienceConfig {
     pub micro_batches: usize,
     /// The pad token id.
     pub pad_token_id: u32,
+    /// Completions of the step kept as [`RolloutSummary::records`] for the sample log (whole
+    /// groups where it holds one; 0: none).
+    pub log_records: usize,
 }
 
 /// One round's prompts: the encoded prompts and their ground truths.
@@ -71,9 +74,16 @@ pub fn make_experience(
     next_prompts: &mut dyn FnMut() -> Result<PromptBatch>,
 ) -> Result<(Experience, RolloutSummary)> {
     let (kept, stats, counts) = collect_groups(ctx, par, config, step, next_prompts)?;
-    let summary = RolloutSummary::new(&kept, counts, ctx.rewards.names(), ctx.tools.is_some());
+    let names = ctx.rewards.names();
+    let advantages = row_advantages(&kept, &stats, config)?;
+    let g = config.sampling.num_generations;
+    // Without group advantages a critic's per-token ones replace the zeros: none to show.
+    let shown = config.group_advantages.then_some(advantages.as_slice());
+    let records = rollout_records(&kept, &names, shown, g, config.log_records);
+    let mut summary = RolloutSummary::new(&kept, counts, names, ctx.tools.is_some());
+    summary.records = records;
     let device = ctx.model.device();
-    let mut exp = build(&kept, &stats, config, device)?;
+    let mut exp = build(&kept, &advantages, config, device)?;
     if exp.normalizer.tokens > 0.0 && config.drop_zero_advantage {
         exp = exp.without_zero_advantage()?;
     }
@@ -130,28 +140,32 @@ fn collect_groups(
     Ok((kept, stats, counts))
 }
 
+/// Each kept row's advantage from its group's statistics (0 without group advantages).
+fn row_advantages(
+    kept: &Scored,
+    stats: &[GroupStats],
+    config: &ExperienceConfig,
+) -> Result<Vec<f32>> {
+    if kept.len() == 0 {
+        return Ok(Vec::new());
+    }
+    if !config.group_advantages {
+        return Ok(vec![0.0; kept.len()]);
+    }
+    let rewards: Vec<f64> = kept.rewards.iter().map(|&r| f64::from(r)).collect();
+    let adv =
+        advantages_from_group_stats(&rewards, stats, config.advantage_mode, config.advantage_eps)?;
+    Ok(adv.into_iter().map(|a| a as f32).collect())
+}
+
 /// The padded experience of the kept rows, with their advantages, rewards and groups.
 fn build(
     kept: &Scored,
-    stats: &[GroupStats],
+    advantages: &[f32],
     config: &ExperienceConfig,
     device: &candle_core::Device,
 ) -> Result<Experience> {
     let g = config.sampling.num_generations;
-    let advantages: Vec<f32> = if kept.len() == 0 {
-        Vec::new()
-    } else if !config.group_advantages {
-        vec![0.0; kept.len()]
-    } else {
-        let rewards: Vec<f64> = kept.rewards.iter().map(|&r| f64::from(r)).collect();
-        let adv = advantages_from_group_stats(
-            &rewards,
-            stats,
-            config.advantage_mode,
-            config.advantage_eps,
-        )?;
-        adv.into_iter().map(|a| a as f32).collect()
-    };
     let loss_row: Vec<bool> = kept
         .completions
         .iter()
@@ -170,7 +184,7 @@ fn build(
         })
         .collect();
     let mut inner =
-        Experience::from_rows(&rows, &advantages, &loss_row, config.pad_token_id, device)?;
+        Experience::from_rows(&rows, advantages, &loss_row, config.pad_token_id, device)?;
     inner.rewards = kept.rewards.clone();
     inner.rewards_per_fn = kept.rewards_per_fn.clone();
     inner.groups = (0..kept.len()).map(|r| (r / g.max(1)) as u32).collect();

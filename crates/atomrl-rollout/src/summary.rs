@@ -1,5 +1,6 @@
 //! [`RolloutSummary`]: what a step's rollouts measured, for its metrics row.
 
+use atomrl_core::RolloutRecord;
 use atomrl_sample::FinishReason;
 
 use crate::rollout::Scored;
@@ -77,8 +78,11 @@ pub struct RolloutSummary {
     pub kept: usize,
     /// Tool use (runs with tools).
     pub tools: Option<ToolSummary>,
-    /// The first two kept (prompt, completion with its tool turns, reward), for the log.
-    pub samples: Vec<(String, String, f64)>,
+    /// The first kept groups' completions, for the sample log (`samples.jsonl`): at most
+    /// [`ExperienceConfig::log_records`](crate::ExperienceConfig::log_records), whole groups
+    /// where it holds one; filled by [`make_experience`](crate::make_experience) once the
+    /// advantages are known.
+    pub records: Vec<RolloutRecord>,
 }
 
 impl RolloutSummary {
@@ -127,7 +131,7 @@ impl RolloutSummary {
             truncated_prompts: counts.truncated_prompts,
             kept: kept.len(),
             tools: tools.then(|| tool_summary(kept)).flatten(),
-            samples: samples(kept),
+            records: Vec::new(),
         }
     }
 }
@@ -162,16 +166,41 @@ fn tool_summary(kept: &Scored) -> Option<ToolSummary> {
     })
 }
 
-/// The first two kept rows for the sample log.
-fn samples(kept: &Scored) -> Vec<(String, String, f64)> {
-    kept.completions
-        .iter()
-        .zip(&kept.prompts)
-        .zip(&kept.rewards)
-        .take(2)
-        .map(|((c, p), &r)| {
-            let text = c.trajectory.as_ref().map_or(&c.answer, |t| &t.text);
-            (p.clone(), text.clone(), f64::from(r))
+/// The records of the first kept rows: `max` at most, whole groups of `g` where `max` holds
+/// one; each with its advantage (`advantages`, one per kept row, when the rows have one).
+pub(crate) fn rollout_records(
+    kept: &Scored,
+    names: &[String],
+    advantages: Option<&[f32]>,
+    g: usize,
+    max: usize,
+) -> Vec<RolloutRecord> {
+    let g = g.max(1);
+    let n = if max >= g { max / g * g } else { max }.min(kept.len());
+    (0..n)
+        .map(|i| {
+            let c = &kept.completions[i];
+            RolloutRecord {
+                group: i / g,
+                prompt: kept.prompts[i].clone(),
+                completion: c.trajectory.as_ref().map_or(&c.text, |t| &t.text).clone(),
+                reward: f64::from(kept.rewards[i]),
+                rewards: names
+                    .iter()
+                    .zip(&kept.rewards_per_fn[i])
+                    .map(|(name, &r)| (name.clone(), f64::from(r)))
+                    .collect(),
+                advantage: advantages.and_then(|a| a.get(i)).map(|&a| f64::from(a)),
+                correct: kept.correct.get(i).map(|&c| c >= 0.5),
+                completion_tokens: c.completion_ids.len(),
+                finish_reason: c.finish_reason.as_str().to_string(),
+                tool_calls: c
+                    .trajectory
+                    .as_ref()
+                    .map(|t| t.tool_calls.clone())
+                    .unwrap_or_default(),
+            }
+            .bounded()
         })
         .collect()
 }

@@ -39,6 +39,7 @@ fn config(dynamic: bool, drop_zero: bool, old: bool) -> ExperienceConfig {
         old_log_probs: old,
         micro_batches: 2,
         pad_token_id: 0,
+        log_records: 6,
     }
 }
 
@@ -116,6 +117,18 @@ fn grpo_experience_has_zero_sum_group_advantages_and_whole_groups() {
     );
     // Round 1: prompts 1 (odd) … the flat "even" groups are counted.
     assert!(summary.zero_std_groups_frac > 0.0);
+    // The sample log: whole groups within the bound (6 → one group of 4), each record with
+    // the row's reward, per-function score, advantage, length and finish reason.
+    assert_eq!(summary.records.len(), 4);
+    for (i, r) in summary.records.iter().enumerate() {
+        assert_eq!(r.group, 0);
+        assert_eq!(r.reward, f64::from(exp.rewards[i]));
+        assert_eq!(r.rewards["picky"], r.reward);
+        assert_eq!(r.advantage, Some(f64::from(adv[i])));
+        assert!(r.completion_tokens > 0 && r.completion_tokens <= 6);
+        assert!(["eos", "stop", "length"].contains(&r.finish_reason.as_str()));
+        assert!(r.correct.is_some());
+    }
 }
 
 #[test]

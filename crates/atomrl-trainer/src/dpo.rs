@@ -224,7 +224,7 @@ fn dataset_report(
             .map(|r| format!("step {step}: update skipped: {r}"))
             .into_iter()
             .collect(),
-        samples: Vec::new(),
+        records: Vec::new(),
     }
 }
 

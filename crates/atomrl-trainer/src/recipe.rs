@@ -67,12 +67,12 @@ pub(crate) struct StepExperience {
 }
 
 /// What a step reports: its metrics, its warnings (printed by the loop through the logger,
-/// above the progress bar), and a few samples for the log.
+/// above the progress bar), and the completions for the sample log.
 #[derive(Default)]
 pub(crate) struct StepReport {
     pub row: MetricRow,
     pub warnings: Vec<String>,
-    pub samples: Vec<(String, String, f64)>,
+    pub records: Vec<atomrl_core::RolloutRecord>,
 }
 
 /// One recipe's optimizer step on the shared loop (sampling, checkpoints, resume, metrics and

@@ -150,6 +150,16 @@ pub fn print_summary(s: &TrainSummary) {
             println!("   try it:      cargo run --release -p atomrl-cli --bin atomrl-infer -- --checkpoint {} \"What is 3+4?\"", ckpt.display());
         }
     }
+    // The runs folder: this run beside the others, with its curves and rollouts.
+    let folder = s
+        .output_dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    println!(
+        "   dashboard:   cargo run --release -p atomrl-dashboard -- {}   (then open http://127.0.0.1:6060/)",
+        folder.display()
+    );
 }
 
 /// Preference pairs from the policy's own samples, for a reward model or offline DPO to train

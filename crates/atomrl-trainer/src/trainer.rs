@@ -19,7 +19,7 @@ use crate::config::{build_accuracy, GRPOArgs, Recipe, Resume};
 use crate::data::{EpochSampler, Example};
 use crate::dpo::DpoStep;
 use crate::grpo::GrpoStep;
-use crate::logging::{keys, MetricRow, MetricsLogger};
+use crate::logging::{keys, MetricRow, MetricsLogger, RunStatus, STATUS_FILE};
 use crate::optim::{warmup_steps, RunSchedule};
 use crate::parallel::dist_error;
 use crate::recipe::{RecipeStep, RunData};
@@ -63,8 +63,8 @@ pub struct Trainer {
     accuracy: std::sync::Arc<Accuracy>,
     /// Called on every step's experience before its update.
     experience_hook: Option<ExperienceHook>,
-    /// A few (prompt, completion, reward) of the last step, for the sample log.
-    last_samples: Vec<(String, String, f64)>,
+    /// The last step's completions, for the sample log.
+    last_samples: Vec<atomrl_core::RolloutRecord>,
 }
 
 /// A function the loop calls with each step's number and experience, between the making of
@@ -232,11 +232,24 @@ impl Trainer {
     }
 
     /// Runs the training loop (resuming from the latest checkpoint when `resume` says so).
+    /// The run's `status.json` says `failed`, with the error, when it fails.
     ///
     /// # Errors
     /// I/O, generation or tensor failures. A non-finite loss or gradient is not an error: the
     /// step is skipped, logged (`skipped_step = 1`) and counted.
     pub fn train(&mut self) -> Result<TrainSummary> {
+        let result = self.train_loop();
+        let dir = Path::new(&self.run.args.output_dir);
+        if let Err(e) = &result {
+            if self.state.comm.rank() == 0 && dir.join(STATUS_FILE).exists() {
+                let _ = RunStatus::end(dir, Err(&e.to_string()));
+            }
+        }
+        result
+    }
+
+    /// [`Trainer::train`]'s loop.
+    fn train_loop(&mut self) -> Result<TrainSummary> {
         let started = Instant::now();
         let output_dir = PathBuf::from(&self.run.args.output_dir);
         let lead = self.state.comm.rank() == 0;
@@ -451,7 +464,7 @@ impl Trainer {
         for w in report.warnings {
             logger.warn(format!("warning: {w}"));
         }
-        self.last_samples = report.samples;
+        self.last_samples = report.records;
         Ok(report.row)
     }
 

@@ -4,6 +4,7 @@
 //! atomrl-train --config run.toml
 //! atomrl-train --config run.toml --recipe dapo --set lr=3e-6 --set num_generations=16
 //! atomrl-train --config run.toml --resume          # continue from the latest checkpoint
+//! atomrl-train --config run.toml --dashboard       # live dashboard at http://127.0.0.1:6060/
 //! mpirun -np 4 atomrl-train --config run.toml      # 4 data-parallel ranks (feature `mpi`)
 //! ```
 //!
@@ -50,6 +51,11 @@ struct Cli {
     /// Continue from the latest complete checkpoint in output_dir (same as resume = "auto").
     #[arg(long)]
     resume: bool,
+    /// Serve the dashboard of output_dir's parent folder (this run and its siblings) on
+    /// 127.0.0.1:PORT while the run trains (PORT 6060 when not given); it ends with the run,
+    /// after which `atomrl-dashboard FOLDER` serves the same.
+    #[arg(long, value_name = "PORT", num_args = 0..=1, default_missing_value = "6060")]
+    dashboard: Option<u16>,
 }
 
 fn parse_recipe(s: &str) -> Result<Recipe, String> {
@@ -66,6 +72,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let dashboard = cli.dashboard;
     let mut args = match load(cli) {
         Ok(args) => args,
         Err(e) => return fail(ranks.collective(), &e),
@@ -78,9 +85,40 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let (Some(port), 0) = (dashboard, comm.rank()) {
+        start_dashboard(&args.output_dir, port);
+    }
     match train(args, Rc::clone(&comm)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&*comm, &e),
+    }
+}
+
+/// Serves the dashboard of `output_dir`'s parent folder on 127.0.0.1:`port` from a background
+/// thread. A dashboard that cannot start (a port in use) is a warning: the run goes on.
+fn start_dashboard(output_dir: &str, port: u16) {
+    let out = std::path::Path::new(output_dir);
+    let folder = match out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(p) => p.to_path_buf(),
+        None => PathBuf::from("."),
+    };
+    let started = std::fs::create_dir_all(out)
+        .map_err(|e| e.to_string())
+        .and_then(|()| {
+            atomrl_dashboard::Dashboard::bind(&folder, atomrl_dashboard::DEFAULT_HOST, port)
+                .map_err(|e| e.to_string())
+        })
+        .and_then(|d| {
+            let url = d.url();
+            d.spawn().map(|_| url).map_err(|e| e.to_string())
+        });
+    match started {
+        Ok(url) => eprintln!(
+            "dashboard of {} at {url} (until the run ends; then: atomrl-dashboard {})",
+            folder.display(),
+            folder.display()
+        ),
+        Err(e) => eprintln!("warning: no dashboard: {e}"),
     }
 }
 

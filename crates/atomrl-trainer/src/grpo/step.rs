@@ -156,7 +156,7 @@ pub(crate) fn step_report(
         record_rollouts(&mut report.row, summary);
         record_update(&mut report.row, stats, lr, skipped);
         record_timings(&mut report.row, summary, made.seconds, train_s);
-        report.samples = summary.samples.clone();
+        report.records = summary.records.clone();
     }
     if let Some(reason) = skip_reason {
         report
