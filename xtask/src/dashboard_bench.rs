@@ -132,6 +132,17 @@ pub fn run(a: &DashboardBenchArgs) -> Result<()> {
         compared as f64 / 1e6,
         t.elapsed().as_secs_f64()
     );
+    // The reader alone, one thread: what a cold open is bound by.
+    let t = Instant::now();
+    let mut m = atomrl_dashboard::RunMetrics::new(&root.join("big/metrics.jsonl"));
+    m.refresh();
+    let s = t.elapsed().as_secs_f64();
+    println!(
+        "reading metrics.jsonl (one thread): {} rows in {s:.3} s, {:.0} MB/s",
+        m.steps().len(),
+        big as f64 / 1e6 / s
+    );
+    drop(m);
     let d = Dashboard::bind(&root, DEFAULT_HOST, 0)?;
     let url = d.url();
     d.spawn()?;

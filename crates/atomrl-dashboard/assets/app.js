@@ -996,6 +996,12 @@
       this.correctSel.addEventListener('change', () => this.renderList());
       this.minReward = h('input', { id: 'rollout-min-reward', type: 'number', step: 'any', placeholder: 'any', 'aria-label': 'Minimum reward' });
       this.minReward.addEventListener('input', debounce(() => this.renderList(), 120));
+      this.maxLength = h('input', { id: 'rollout-max-length', type: 'number', min: '0', step: '1', placeholder: 'any', 'aria-label': 'Maximum length in tokens' });
+      this.maxLength.addEventListener('input', debounce(() => this.renderList(), 120));
+      this.finishSel = h('select', { id: 'rollout-finish', 'aria-label': 'Finish reason' },
+        h('option', { value: 'all' }, 'any end'), h('option', { value: 'truncated' }, 'truncated'),
+        h('option', { value: 'complete' }, 'not truncated'));
+      this.finishSel.addEventListener('change', () => this.renderList());
       this.sortSel = h('select', { id: 'rollout-sort', 'aria-label': 'Sort' }, SORTS.map(([v, l]) => h('option', { value: v }, l)));
       this.sortSel.addEventListener('change', () => this.renderList());
       this.countEl = h('span', { id: 'rollout-count' }, '0 of 0 completions');
@@ -1005,6 +1011,8 @@
         h('label', { class: 'control' }, this.filterIn),
         h('label', { class: 'control' }, 'Show ', this.correctSel),
         h('label', { class: 'control' }, 'Min reward ', this.minReward),
+        h('label', { class: 'control' }, 'Max tokens ', this.maxLength),
+        h('label', { class: 'control' }, this.finishSel),
         h('label', { class: 'control' }, 'Sort ', this.sortSel),
         this.countEl);
       this.built = true;
@@ -1100,6 +1108,9 @@
       const corr = this.correctSel.value;
       const minRaw = this.minReward.value.trim();
       const min = minRaw === '' ? null : Number(minRaw);
+      const maxLenRaw = this.maxLength.value.trim();
+      const maxLen = maxLenRaw === '' ? null : Number(maxLenRaw);
+      const finish = this.finishSel.value;
       const shown = all.filter((r) => {
         if (text) {
           const hay = `${r.prompt || ''}\n${r.completion || ''}`.toLowerCase();
@@ -1108,6 +1119,9 @@
         if (corr === 'correct' && r.correct !== true) return false;
         if (corr === 'incorrect' && r.correct !== false) return false;
         if (min != null && Number.isFinite(min) && !(isNum(r.reward) && r.reward >= min)) return false;
+        if (maxLen != null && Number.isFinite(maxLen) && this.lengthOf(r) > maxLen) return false;
+        if (finish === 'truncated' && r.finish_reason !== 'length') return false;
+        if (finish === 'complete' && r.finish_reason === 'length') return false;
         return true;
       });
       this.countEl.textContent = `${shown.length} of ${all.length} completions`;

@@ -146,9 +146,14 @@ pub fn summarize(name: &str, dir: &Path, metrics: &RunMetrics) -> RunSummary {
         .copied();
     let state = run_state(status.as_ref());
     // A live run's last line may be half written; anywhere else it was torn (a kill).
-    if metrics.has_partial_line() && state != "running" {
+    if metrics.has_partial_line() {
+        let why = if state == "running" {
+            "is being written; it is shown once complete"
+        } else {
+            "is incomplete (torn when the run was killed?) and is left out"
+        };
         messages.push(format!(
-            "{}: the last line is incomplete (torn when the run was killed?) and is left out",
+            "{}: the last line {why}",
             dir.join(atomrl_metrics::METRICS_FILE).display()
         ));
     }

@@ -256,6 +256,21 @@ fn dashboard_in_headless_chromium() {
         "the reward filter",
     );
     set_control(&tab, "#rollout-min-reward", "");
+    // Length: at most 40 tokens (record i has 20 + 7·i tokens: three of them).
+    set_control(&tab, "#rollout-max-length", "40");
+    wait_true(
+        &tab,
+        "document.querySelector('#rollout-count').textContent.trim() === '3 of 8 completions'",
+        "the length filter",
+    );
+    set_control(&tab, "#rollout-max-length", "");
+    set_control(&tab, "#rollout-finish", "truncated");
+    wait_true(
+        &tab,
+        "document.querySelector('#rollout-count').textContent.trim() === '1 of 8 completions'",
+        "the truncated filter",
+    );
+    set_control(&tab, "#rollout-finish", "all");
     set_control(&tab, "#rollout-sort", "length-desc");
     wait_true(&tab, "(() => { const r = [...document.querySelectorAll('div.rollout')]; return r.length === 8 && document.querySelectorAll('div.rollout-group').length === 0; })()", "the flat list sorted by length");
     screenshot(&tab, "dashboard-rollouts.png");
