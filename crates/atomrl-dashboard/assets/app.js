@@ -86,9 +86,11 @@
     return `${ss}s`;
   }
 
-  function fmtSteps(done, planned) {
+  function fmtSteps(done, planned, budget) {
     if (done == null && planned == null) return '—';
-    return `${done == null ? '?' : done} / ${planned == null ? '?' : planned}`;
+    const steps = `${done == null ? '?' : done} / ${planned == null ? '?' : planned}`;
+    // A run with a time budget stops at whichever comes first.
+    return isNum(budget) && budget > 0 ? `${steps} or ${fmtDuration(budget)}` : steps;
   }
 
   function statusBadge(summary) {
@@ -647,7 +649,7 @@
     fillRow(row, r) {
       const nameCell = h('td', { class: 'name' }, h('a', { class: 'run-link', href: runHref(r.name) }, r.name));
       if (r.error) nameCell.append(h('div', { class: 'run-error', title: r.error }, r.error));
-      const stepsCell = h('td', { class: 'num steps' }, fmtSteps(r.steps_done, r.steps_planned));
+      const stepsCell = h('td', { class: 'num steps' }, fmtSteps(r.steps_done, r.steps_planned, r.time_budget_s));
       if (isNum(r.steps_done) && isNum(r.steps_planned) && r.steps_planned > 0) {
         const pct = Math.max(0, Math.min(100, (100 * r.steps_done) / r.steps_planned));
         stepsCell.append(h('div', { class: 'progress', title: pct.toFixed(0) + '%' }, h('div', { class: 'bar', style: `width:${pct.toFixed(1)}%` })));
@@ -818,7 +820,7 @@
         this.badgeSlot.replaceChildren(statusBadge(s));
         const items = [
           ['Recipe', s.recipe || '—'], ['Model', s.model || '—'], ['Dataset', s.dataset || '—'],
-          ['Steps', fmtSteps(s.steps_done, s.steps_planned)], ['Reward', fmtNum(s.reward)],
+          ['Steps', fmtSteps(s.steps_done, s.steps_planned, s.time_budget_s)], ['Reward', fmtNum(s.reward)],
           ['Eval acc.', fmtPct(s.eval_accuracy)], ['Started', fmtTime(s.started_at)],
           ['Duration', fmtDuration(s.duration_s)],
         ];

@@ -29,6 +29,9 @@ pub struct RunSummary {
     pub steps_done: Option<u64>,
     /// The steps the run plans.
     pub steps_planned: Option<u64>,
+    /// The run's time budget in seconds, when it has one (it stops at whichever of the steps
+    /// and the budget comes first).
+    pub time_budget_s: Option<f64>,
     /// The last finite `reward/mean`.
     pub reward: Option<f64>,
     /// The last finite `eval/accuracy`.
@@ -185,6 +188,9 @@ pub fn summarize(name: &str, dir: &Path, metrics: &RunMetrics) -> RunSummary {
         dataset: key("dataset"),
         steps_done,
         steps_planned,
+        time_budget_s: key("time_budget_s")
+            .and_then(|s| s.parse().ok())
+            .filter(|&b: &f64| b > 0.0),
         reward: last(REWARD_MEAN),
         eval_accuracy: last(EVAL_ACCURACY),
         started_at,

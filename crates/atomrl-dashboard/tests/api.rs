@@ -268,7 +268,7 @@ fn compare_gives_differing_keys_final_and_best_and_overlaid_curves() {
             .collect()
     };
     let two = get_json(&format!("{url}/api/compare?runs=grpo-a,grpo-b"));
-    assert_eq!(keys(&two), ["lr", "tools"]); // output_dir aside
+    assert_eq!(keys(&two), ["lr", "time_budget_s", "tools"]); // output_dir aside
                                              // A run without config.toml differs in every key.
     let c = get_json(&format!("{url}/api/compare?runs=grpo-a,grpo-b,old-e"));
     assert!(keys(&c).contains(&"recipe".to_string()));

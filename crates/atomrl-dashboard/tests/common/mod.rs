@@ -65,7 +65,8 @@ fn metrics(steps: u64, t0: f64) -> String {
 /// A config.toml of recipe `grpo` with learning rate `lr`.
 fn config(lr: &str, output_dir: &str, tools: bool) -> String {
     format!(
-        "recipe = \"grpo\"\nmodel = \"embedded:tiny-word-problems\"\ndataset = \"embedded:word-problems\"\nlr = {lr}\nmax_steps = 200\nnum_generations = 4\noutput_dir = \"{output_dir}\"\ntools = [{}]\nsystem_prompt = \"Answer in <answer> tags.\"\n",
+        "recipe = \"grpo\"\nmodel = \"embedded:tiny-word-problems\"\ndataset = \"embedded:word-problems\"\nlr = {lr}\nmax_steps = 200\ntime_budget_s = {}\nnum_generations = 4\noutput_dir = \"{output_dir}\"\ntools = [{}]\nsystem_prompt = \"Answer in <answer> tags.\"\n",
+        if tools { "280.0" } else { "0.0" },
         if tools { "\"calculator\"" } else { "" }
     )
 }
