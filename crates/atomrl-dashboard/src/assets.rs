@@ -38,6 +38,11 @@ const ASSETS: [(&str, &str, &[u8]); 6] = [
     ),
 ];
 
+/// The page's content security policy: its own scripts only, no inline script, no frames, no
+/// plugins — defence in depth for a page that shows model-generated text (which it already
+/// inserts as text, never as HTML).
+const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'none'";
+
 /// The embedded file at `path`, or 404. Paths are matched exactly against the embedded list,
 /// so no request reaches the file system through here.
 pub(crate) fn asset(path: &str) -> Response {
@@ -47,6 +52,7 @@ pub(crate) fn asset(path: &str) -> Response {
                 (header::CONTENT_TYPE, *kind),
                 (header::CACHE_CONTROL, "no-cache"),
                 (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+                (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
             ],
             *bytes,
         )

@@ -269,7 +269,7 @@ fn compare_gives_differing_keys_final_and_best_and_overlaid_curves() {
     };
     let two = get_json(&format!("{url}/api/compare?runs=grpo-a,grpo-b"));
     assert_eq!(keys(&two), ["lr", "time_budget_s", "tools"]); // output_dir aside
-                                             // A run without config.toml differs in every key.
+                                                              // A run without config.toml differs in every key.
     let c = get_json(&format!("{url}/api/compare?runs=grpo-a,grpo-b,old-e"));
     assert!(keys(&c).contains(&"recipe".to_string()));
     let lr = c["differing"]
@@ -354,6 +354,11 @@ fn bad_arguments_are_named_and_nothing_outside_the_folder_is_served() {
     // The page and its vendored chart library are served.
     let (code, page) = get(&format!("{url}/"));
     assert!(code == 200 && page.contains("app.js"), "{page}");
+    let csp = ureq::get(&format!("{url}/")).call().unwrap();
+    assert!(csp
+        .header("content-security-policy")
+        .unwrap()
+        .contains("script-src 'self'"));
     let (code, js) = get(&format!("{url}/vendor/uplot/uPlot.iife.min.js"));
     assert!(code == 200 && js.contains("uPlot"));
 }
