@@ -285,13 +285,12 @@ fn metrics_body(m: &RunMetrics, wall: bool, points: usize) -> Value {
 
 /// Every curve of `m`, downsampled to `points`.
 fn series(m: &RunMetrics, wall: bool, points: usize) -> BTreeMap<String, Value> {
-    m.xy(wall)
-        .into_iter()
-        .map(|(name, (xs, ys))| {
-            let (x, y) = min_max_downsample(&xs, &ys, points);
-            (name, json!({ "x": x, "y": y }))
-        })
-        .collect()
+    let mut out = BTreeMap::new();
+    m.for_each_curve(wall, |name, xs, ys| {
+        let (x, y) = min_max_downsample(xs, ys, points);
+        out.insert(name.to_string(), json!({ "x": x, "y": y }));
+    });
+    out
 }
 
 /// The steps with logged completions, or one step's records.

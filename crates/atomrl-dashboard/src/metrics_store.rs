@@ -2,7 +2,7 @@
 //! appended since the last read), tolerant of a line being written and of corrupt lines.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -16,12 +16,55 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 const MAX_MESSAGES: usize = 20;
 
 /// One metric's values: the rows that have it and its value there (NaN when not finite).
+/// A metric logged on every row since its first (most are) keeps no row list: only where it
+/// starts; the list is made at the first row without it.
 #[derive(Debug, Clone, Default)]
 pub struct Column {
-    /// Row indices, increasing.
-    pub rows: Vec<u32>,
-    /// Values, one per row index.
-    pub values: Vec<f64>,
+    /// The first row with the metric.
+    start: u32,
+    /// Row indices, increasing; empty while the rows are `start..start + values.len()`.
+    rows: Vec<u32>,
+    /// Values, one per row with the metric.
+    values: Vec<f64>,
+}
+
+impl Column {
+    /// Adds the value of row `r` (rows come in increasing order).
+    fn push(&mut self, r: u32, v: f64) {
+        let contiguous = self.rows.is_empty();
+        if self.values.is_empty() {
+            self.start = r;
+        } else if contiguous && r != self.start + self.values.len() as u32 {
+            self.rows = (self.start..self.start + self.values.len() as u32).collect();
+        }
+        if !self.rows.is_empty() {
+            self.rows.push(r);
+        }
+        self.values.push(v);
+    }
+
+    /// `(row, value)` pairs, in row order.
+    pub fn points(&self) -> impl Iterator<Item = (u32, f64)> + '_ {
+        let dense = self.rows.is_empty();
+        self.values.iter().enumerate().map(move |(i, &v)| {
+            let r = if dense {
+                self.start + i as u32
+            } else {
+                self.rows[i]
+            };
+            (r, v)
+        })
+    }
+
+    /// The values, one per row with the metric.
+    pub fn values(&self) -> &[f64] {
+        &self.values
+    }
+
+    /// Makes room for `n` more values.
+    fn reserve(&mut self, n: usize) {
+        self.values.reserve(n);
+    }
 }
 
 /// A run's metrics as columns. [`RunMetrics::refresh`] reads what was appended to the file
@@ -35,7 +78,7 @@ pub struct Column {
 /// let mut m = RunMetrics::new(&path);
 /// m.refresh();
 /// assert_eq!(m.steps(), [1, 2]);
-/// assert_eq!(m.column("loss").unwrap().values, [0.5, 0.25]);
+/// assert_eq!(m.column("loss").unwrap().values(), [0.5, 0.25]);
 /// assert!(m.messages().is_empty()); // the torn last line may still be being written
 /// std::fs::write(&path, "{\"step\":1,\"loss\":0.5}\nnot json\n")?;
 /// m.refresh();
@@ -61,6 +104,8 @@ pub struct RunMetrics {
     /// a key equal to the last row's at its position skips the hash lookup (about a third of
     /// the read time of a large file).
     last_row_columns: Vec<usize>,
+    /// The `(key start, key end, value)` of the line being read (kept for its allocation).
+    spans: Vec<(u32, u32, f64)>,
     messages: Vec<String>,
     dropped_messages: usize,
     /// A last line without its newline (being written, or torn by a kill).
@@ -80,6 +125,7 @@ impl RunMetrics {
             index: HashMap::new(),
             columns: Vec::new(),
             last_row_columns: Vec::new(),
+            spans: Vec::new(),
             messages: Vec::new(),
             dropped_messages: 0,
             partial: false,
@@ -148,8 +194,7 @@ impl RunMetrics {
         self.steps.reserve(rows);
         self.wall.reserve(rows);
         for (_, c) in &mut self.columns {
-            c.rows.reserve(rows);
-            c.values.reserve(rows);
+            c.reserve(rows);
         }
     }
 
@@ -175,21 +220,33 @@ impl RunMetrics {
         if text.is_empty() {
             return;
         }
-        let row = match Row::scan(text) {
-            Some(r) => r,
-            None => match serde_json::from_str(text) {
-                Ok(r) => r,
-                Err(e) => return self.note_line(&format!("not a metrics row ({e})")),
-            },
-        };
-        let Some(step) = row.step() else {
+        let mut spans = std::mem::take(&mut self.spans);
+        if scan_spans(text, &mut spans) {
+            let pair = |i: usize| {
+                let (a, b, v) = spans[i];
+                (&text[a as usize..b as usize], v)
+            };
+            self.add_pairs(spans.len(), pair);
+        } else {
+            match serde_json::from_str::<Row<'_>>(text) {
+                Ok(row) => self.add_pairs(row.0.len(), |i| (row.0[i].0.as_ref(), row.0[i].1)),
+                Err(e) => self.note_line(&format!("not a metrics row ({e})")),
+            }
+        }
+        self.spans = spans;
+    }
+
+    /// Adds the row of `n` `(key, value)` pairs (`pair(i)`), or notes that it has no step.
+    fn add_pairs<'k>(&mut self, n: usize, pair: impl Fn(usize) -> (&'k str, f64)) {
+        let step = (0..n).map(&pair).find(|(k, _)| *k == STEP_KEY).map(|p| p.1);
+        let Some(step) = step.filter(|v| v.is_finite() && *v >= 0.0 && v.fract() == 0.0) else {
             return self.note_line("no integer `step`");
         };
         let r = self.steps.len() as u32;
-        self.steps.push(step);
+        self.steps.push(step as u64);
         let mut wall = f64::NAN;
         let mut position = 0;
-        for (key, value) in row.0 {
+        for (key, value) in (0..n).map(pair) {
             if key == STEP_KEY {
                 continue;
             }
@@ -207,20 +264,18 @@ impl RunMetrics {
                 }
             };
             position += 1;
-            let col = &mut self.columns[i].1;
-            col.rows.push(r);
-            col.values.push(value);
+            self.columns[i].1.push(r, value);
         }
         self.wall.push(wall);
     }
 
     /// The column of metric `key`, created when new.
-    fn column_index(&mut self, key: Cow<'_, str>) -> usize {
-        if let Some(&i) = self.index.get(key.as_ref()) {
+    fn column_index(&mut self, key: &str) -> usize {
+        if let Some(&i) = self.index.get(key) {
             return i;
         }
         self.index.insert(key.to_string(), self.columns.len());
-        self.columns.push((key.into_owned(), Column::default()));
+        self.columns.push((key.to_string(), Column::default()));
         self.columns.len() - 1
     }
 
@@ -284,35 +339,36 @@ impl RunMetrics {
     /// Metric `name` as `(step, value)` points with a finite value.
     pub fn finite_points(&self, name: &str) -> Vec<(u64, f64)> {
         self.column(name).map_or_else(Vec::new, |c| {
-            c.rows
-                .iter()
-                .zip(&c.values)
+            c.points()
                 .filter(|(_, v)| v.is_finite())
-                .map(|(&r, &v)| (self.steps[r as usize], v))
+                .map(|(r, v)| (self.steps[r as usize], v))
                 .collect()
         })
     }
 
     /// Every metric as `(x, y)` points with a finite value, `x` the step (`wall = false`) or
-    /// the wall time (rows without one left out). Keys in name order.
-    pub fn xy(&self, wall: bool) -> BTreeMap<String, (Vec<f64>, Vec<f64>)> {
-        self.columns()
-            .map(|(name, c)| {
-                let (mut xs, mut ys) = (Vec::new(), Vec::new());
-                for (&r, &v) in c.rows.iter().zip(&c.values) {
-                    let x = if wall {
-                        self.wall[r as usize]
-                    } else {
-                        self.steps[r as usize] as f64
-                    };
-                    if v.is_finite() && x.is_finite() {
-                        xs.push(x);
-                        ys.push(v);
-                    }
+    /// the wall time (rows without one left out), in name order, passed to `f` with its name;
+    /// the point buffers are reused from one metric to the next.
+    pub fn for_each_curve(&self, wall: bool, mut f: impl FnMut(&str, &[f64], &[f64])) {
+        let mut names: Vec<(&str, &Column)> = self.columns().collect();
+        names.sort_unstable_by_key(|(n, _)| *n);
+        let (mut xs, mut ys) = (Vec::new(), Vec::new());
+        for (name, c) in names {
+            xs.clear();
+            ys.clear();
+            for (r, v) in c.points() {
+                let x = if wall {
+                    self.wall[r as usize]
+                } else {
+                    self.steps[r as usize] as f64
+                };
+                if v.is_finite() && x.is_finite() {
+                    xs.push(x);
+                    ys.push(v);
                 }
-                (name.to_string(), (xs, ys))
-            })
-            .collect()
+            }
+            f(name, &xs, &ys);
+        }
     }
 }
 
@@ -334,40 +390,38 @@ fn inode_of(meta: &std::fs::Metadata) -> u64 {
 /// string per key of every row.
 struct Row<'a>(Vec<(Cow<'a, str>, f64)>);
 
-impl<'a> Row<'a> {
-    /// The row of a line as the logger writes it — `{"key":number,…}` with `null` for
-    /// non-finite values, no spaces, no escapes — read without a JSON parser, numbers by the
-    /// standard library's correctly rounded parser (the logged bits exactly; serde_json's
-    /// default float parsing can be one unit in the last place off); `None` for any other
-    /// line, which [`serde_json`] then reads.
-    fn scan(line: &'a str) -> Option<Self> {
-        let inner = line.strip_prefix('{')?.strip_suffix('}')?;
-        let mut pairs = Vec::with_capacity(48);
-        if inner.is_empty() {
-            return Some(Row(pairs));
-        }
-        for item in inner.split(',') {
-            // `"key":value`, the key without quotes or escapes: byte scans, no substring search.
-            let rest = item.strip_prefix('"')?;
-            let end = rest.bytes().position(|c| c == b'"' || c == b'\\')?;
-            let (key, tail) = rest.split_at(end);
-            let value = tail.strip_prefix("\":")?;
-            let v = match value.as_bytes().first()? {
-                b'n' if value == "null" => f64::NAN,
-                // JSON numbers only: `parse` would also take `inf`, `NaN` or a leading `+`.
-                b'-' | b'0'..=b'9' => value.parse().ok()?,
-                _ => return None,
-            };
-            pairs.push((Cow::Borrowed(key), v));
-        }
-        Some(Row(pairs))
-    }
+/// The `(key start, key end, value)` of a line as the logger writes it — `{"key":number,…}`
+/// with `null` for non-finite values, no spaces, no escapes — into `out`, read without a JSON
+/// parser, numbers by the standard library's correctly rounded parser (the logged bits
+/// exactly; serde_json's default float parsing can be one unit in the last place off); `false`
+/// for any other line, which [`serde_json`] then reads.
+fn scan_spans(line: &str, out: &mut Vec<(u32, u32, f64)>) -> bool {
+    out.clear();
+    scan_into(line, out).is_some()
+}
 
-    /// The row's `step`, when it is a non-negative integer.
-    fn step(&self) -> Option<u64> {
-        let (_, v) = self.0.iter().find(|(k, _)| k == STEP_KEY)?;
-        (v.is_finite() && *v >= 0.0 && v.fract() == 0.0).then_some(*v as u64)
+fn scan_into(line: &str, out: &mut Vec<(u32, u32, f64)>) -> Option<()> {
+    let inner = line.strip_prefix('{')?.strip_suffix('}')?;
+    if inner.is_empty() {
+        return Some(());
     }
+    let mut at = 1; // the byte offset of `item` in `line`
+    for item in inner.split(',') {
+        // `"key":value`, the key without quotes or escapes: byte scans, no substring search.
+        let rest = item.strip_prefix('"')?;
+        let end = rest.bytes().position(|c| c == b'"' || c == b'\\')?;
+        let value = rest[end..].strip_prefix("\":")?;
+        let v = match value.as_bytes().first()? {
+            b'n' if value == "null" => f64::NAN,
+            // JSON numbers only: `parse` would also take `inf`, `NaN` or a leading `+`.
+            b'-' | b'0'..=b'9' => value.parse().ok()?,
+            _ => return None,
+        };
+        let key_start = at + 1;
+        out.push((key_start as u32, (key_start + end) as u32, v));
+        at += item.len() + 1;
+    }
+    Some(())
 }
 
 impl<'de> serde::Deserialize<'de> for Row<'de> {
@@ -477,17 +531,36 @@ mod tests {
                 map.insert(k.clone(), v.map_or(serde_json::Value::Null, |x| serde_json::json!(x)));
             }
             let line = serde_json::Value::Object(map.clone()).to_string();
-            let scanned = Row::scan(&line).expect("a logger line");
+            let mut spans = Vec::new();
+            prop_assert!(scan_spans(&line, &mut spans), "a logger line");
             let by_serde: Row<'_> = serde_json::from_str(&line).unwrap();
-            prop_assert_eq!(scanned.0.len(), by_serde.0.len());
-            for ((k, v), (ks, _)) in scanned.0.iter().zip(&by_serde.0) {
-                prop_assert_eq!(k, ks);
-                match map[k.as_ref()].as_f64() {
+            prop_assert_eq!(spans.len(), by_serde.0.len());
+            for (&(a, b, v), (ks, _)) in spans.iter().zip(&by_serde.0) {
+                let k = &line[a as usize..b as usize];
+                prop_assert_eq!(k, ks.as_ref());
+                match map[k].as_f64() {
                     Some(x) => prop_assert_eq!(v.to_bits(), x.to_bits()),
                     None => prop_assert!(v.is_nan()),
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_column_with_gaps_keeps_its_rows() {
+        let mut c = Column::default();
+        for (r, v) in [(2, 1.0), (3, 2.0), (5, 3.0), (6, 4.0)] {
+            c.push(r, v);
+        }
+        let points: Vec<(u32, f64)> = c.points().collect();
+        assert_eq!(points, [(2, 1.0), (3, 2.0), (5, 3.0), (6, 4.0)]);
+        let mut dense = Column::default();
+        (4..8).for_each(|r| dense.push(r, f64::from(r)));
+        assert!(dense.rows.is_empty());
+        assert_eq!(
+            dense.points().map(|p| p.0).collect::<Vec<_>>(),
+            [4, 5, 6, 7]
+        );
     }
 
     #[test]
@@ -500,11 +573,11 @@ mod tests {
             r#"{"step":1,"x":{"y":1}}"#,
             r#"{"step":1,"x":inf}"#,
         ] {
-            assert!(Row::scan(line).is_none(), "{line}");
+            assert!(!scan_spans(line, &mut Vec::new()), "{line}");
         }
-        assert_eq!(
-            Row::scan(r#"{"step":1,"loss":null}"#).map(|r| r.0.len()),
-            Some(2)
-        );
+        let mut spans = Vec::new();
+        assert!(scan_spans(r#"{"step":1,"loss":null}"#, &mut spans));
+        assert_eq!((spans.len(), spans[1].0, spans[1].1), (2, 11, 15));
+        assert!(spans[1].2.is_nan());
     }
 }

@@ -232,7 +232,7 @@ pub fn detail(name: &str, dir: &Path, metrics: &RunMetrics) -> RunDetail {
 fn evals(metrics: &RunMetrics) -> Vec<EvalRow> {
     let mut by_row: BTreeMap<u32, BTreeMap<String, Option<f64>>> = BTreeMap::new();
     for (name, col) in metrics.columns().filter(|(n, _)| n.starts_with("eval/")) {
-        for (&r, &v) in col.rows.iter().zip(&col.values) {
+        for (r, v) in col.points() {
             by_row
                 .entry(r)
                 .or_default()
