@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use atomrl_dashboard::{Dashboard, DEFAULT_HOST};
+use atomrl_trainer::logging::keys;
 
 #[derive(clap::Args)]
 pub struct DashboardBenchArgs {
@@ -29,40 +30,42 @@ pub struct DashboardBenchArgs {
 fn row(step: u64, seed: u64) -> String {
     let x = step as f64 + seed as f64 * 0.37;
     let mut s = format!("{{\"step\":{step}");
+    let correctness = keys::reward_fn_mean("correctness");
+    let format = keys::reward_fn_mean("format");
     let names = [
-        "reward/mean",
-        "reward/std",
-        "reward/correctness/mean",
-        "reward/format/mean",
-        "accuracy",
-        "completion_length/mean",
-        "completion_length/max",
-        "truncated_frac",
-        "zero_std_groups_frac",
-        "dropped_groups",
-        "generation_rounds",
-        "kl",
-        "entropy",
-        "clip_frac/low",
-        "clip_frac/high",
-        "clip_frac/total",
-        "ppo_kl",
-        "loss",
-        "grad_norm",
-        "lr",
-        "skipped_step",
-        "time/step_s",
-        "time/generate_s",
-        "time/train_s",
-        "throughput/completions_per_s",
-        "throughput/tokens_per_s",
-        "tools/calls_per_completion",
-        "tools/error_rate",
-        "tools/max_turns_frac",
-        "tools/use_frac",
-        "critic/value_loss",
-        "critic/clip_frac",
-        "critic/explained_variance",
+        keys::REWARD_MEAN,
+        keys::REWARD_STD,
+        &correctness,
+        &format,
+        keys::ACCURACY,
+        keys::COMPLETION_LENGTH_MEAN,
+        keys::COMPLETION_LENGTH_MAX,
+        keys::TRUNCATED_FRAC,
+        keys::ZERO_STD_GROUPS_FRAC,
+        keys::DROPPED_GROUPS,
+        keys::GENERATION_ROUNDS,
+        keys::KL,
+        keys::ENTROPY,
+        keys::CLIP_FRAC_LOW,
+        keys::CLIP_FRAC_HIGH,
+        keys::CLIP_FRAC_TOTAL,
+        keys::PPO_KL,
+        keys::LOSS,
+        keys::GRAD_NORM,
+        keys::LR,
+        keys::SKIPPED_STEP,
+        keys::TIME_STEP_S,
+        keys::TIME_GENERATE_S,
+        keys::TIME_TRAIN_S,
+        keys::THROUGHPUT_COMPLETIONS_PER_S,
+        keys::THROUGHPUT_TOKENS_PER_S,
+        keys::TOOLS_CALLS_PER_COMPLETION,
+        keys::TOOLS_ERROR_RATE,
+        keys::TOOLS_MAX_TURNS_FRAC,
+        keys::TOOLS_USE_FRAC,
+        keys::CRITIC_VALUE_LOSS,
+        keys::CRITIC_CLIP_FRAC,
+        keys::CRITIC_EXPLAINED_VARIANCE,
     ];
     for (i, name) in names.iter().enumerate() {
         let v = (x / (7.0 + i as f64)).sin() * (1.0 + i as f64) + 0.001 * x;
@@ -71,11 +74,17 @@ fn row(step: u64, seed: u64) -> String {
     if step.is_multiple_of(50) {
         let _ = write!(
             s,
-            ",\"eval/accuracy\":{}",
+            ",\"{}\":{}",
+            keys::EVAL_ACCURACY,
             0.1 + 0.5 * (1.0 - (-x / 5e4).exp())
         );
     }
-    let _ = writeln!(s, ",\"time/wall_s\":{}}}", 1.764e9 + 1.5 * step as f64);
+    let _ = writeln!(
+        s,
+        ",\"{}\":{}}}",
+        keys::WALL_TIME_S,
+        1.764e9 + 1.5 * step as f64
+    );
     s
 }
 

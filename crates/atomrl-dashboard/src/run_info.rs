@@ -131,7 +131,28 @@ fn display_value(v: &toml::Value) -> String {
 pub fn summarize(name: &str, dir: &Path, metrics: &RunMetrics) -> RunSummary {
     let mut messages = metrics.messages();
     let config = read_config(dir, &mut messages);
-    let key = |k: &str| config.as_ref().and_then(|c| c.keys.get(k).cloned());
+    let has_checkpoint = !checkpoints(dir, config.as_ref()).is_empty();
+    summary_of(
+        name,
+        dir,
+        metrics,
+        config.as_ref(),
+        has_checkpoint,
+        messages,
+    )
+}
+
+/// The summary of run `name` in `dir` from its metrics, its configuration (read once by the
+/// caller), whether it has a checkpoint, and the messages so far.
+fn summary_of(
+    name: &str,
+    dir: &Path,
+    metrics: &RunMetrics,
+    config: Option<&ConfigInfo>,
+    has_checkpoint: bool,
+    mut messages: Vec<String>,
+) -> RunSummary {
+    let key = |k: &str| config.and_then(|c| c.keys.get(k).cloned());
     let status = match RunStatus::read(dir) {
         Ok(s) => s,
         Err(e) => {
@@ -160,7 +181,6 @@ pub fn summarize(name: &str, dir: &Path, metrics: &RunMetrics) -> RunSummary {
             dir.join(atomrl_metrics::METRICS_FILE).display()
         ));
     }
-    let has_checkpoint = !checkpoints(dir, config.as_ref()).is_empty();
     let steps_planned = status
         .as_ref()
         .map(|s| s.steps_planned)
@@ -215,16 +235,23 @@ fn run_state(status: Option<&RunStatus>) -> &'static str {
 
 /// The run page's detail of run `name` in `dir`, its metrics already refreshed.
 pub fn detail(name: &str, dir: &Path, metrics: &RunMetrics) -> RunDetail {
-    let summary = summarize(name, dir, metrics);
-    let mut messages = summary.messages.clone();
-    let config = read_config(dir, &mut Vec::new());
-    messages.dedup();
+    let mut messages = metrics.messages();
+    let config = read_config(dir, &mut messages);
+    let checkpoints = checkpoints(dir, config.as_ref());
+    let summary = summary_of(
+        name,
+        dir,
+        metrics,
+        config.as_ref(),
+        !checkpoints.is_empty(),
+        messages,
+    );
     RunDetail {
-        checkpoints: checkpoints(dir, config.as_ref()),
+        messages: summary.messages.clone(),
+        checkpoints,
         evals: evals(metrics),
         config,
         summary,
-        messages,
     }
 }
 
