@@ -2,13 +2,13 @@
 //! candle-kernels compiles its own, for `include_str!` in `src/cuda.rs`. Without it: nothing,
 //! so the default build needs no CUDA toolkit.
 //!
-//! nvcc is called directly rather than through `bindgen_cuda`: three files, one command each,
+//! nvcc is called directly rather than through `bindgen_cuda`: four files, one command each,
 //! and the same `NVCC` / `CUDA_COMPUTE_CAP` variables candle-kernels reads (docs/cuda.md).
 
 use std::path::PathBuf;
 use std::process::Command;
 
-const KERNELS: [&str; 3] = ["optim", "model", "logprob"];
+const KERNELS: [&str; 4] = ["optim", "model", "logprob", "decode"];
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");

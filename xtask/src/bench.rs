@@ -322,6 +322,7 @@ fn decode(m: &CausalLm, a: &BenchArgs, b: usize, bandwidth: f64, dev: &Device) -
         "decode_ms_per_step": 1e3 * decode_secs / steps as f64,
         "bound_tokens_per_s": bound_tok_s,
         "fraction_of_bound": tok_s / bound_tok_s,
+        "cuda_graphs": dev.is_cuda() && atomrl_core::device::cuda_graphs(),
         "peak_memory_bytes": peak,
         "profile": profile_json(&phases),
     }))

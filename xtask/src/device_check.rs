@@ -11,15 +11,21 @@
 //! - LoRA (frozen-base custom op) with gradient checkpointing (recompute custom op): the
 //!   adapters' gradients;
 //! - KV-cache decoding: the sampling log-probs `generate_samples` returns on the device (its
-//!   generation view: fused kernels, grouped-query attention and device-side sampling on a
-//!   GPU), against the CPU scoring the same sequences with one full forward.
+//!   generation view: fused kernels, grouped-query attention, the static decode step replayed
+//!   as a CUDA graph and device-side sampling on a GPU), against the CPU scoring the same
+//!   sequences with one full forward;
+//! - the static decode step (`atomrl_model::StaticDecode`: a fixed-capacity cache, the
+//!   kernels of `cuda/decode.cu`, a CUDA graph) fed fixed tokens through a batch that drops
+//!   rows, compacts and grows its cache: its logits against the CPU's cached decoding and
+//!   against cached decoding on the same device (the tensor-op step it replaces).
 //!
 //! The default models are the repository's fixtures, the embedded model and a random model
 //! with a vocabulary large enough for the fused LM head ([`wide_vocab_model`]).
 //!
 //! - each fused decoder kernel alone (RMSNorm, SwiGLU, RoPE, attention softmax: output and
-//!   input gradients, `atomrl_model::kernel_check`), in f32 and bf16, against the CPU's f32
-//!   fused kernel and against the tensor-op form on the same device;
+//!   input gradients, `atomrl_model::kernel_check`), the selective log-softmax and the device
+//!   draw of the next tokens (`atomrl_sample::kernel_check`), in f32 and bf16, against the
+//!   CPU's f32 fused kernel and against the tensor-op form on the same device;
 //! - the optimizer's in-place kernels (gradient accumulation, global-norm clipping, AdamW:
 //!   `atomrl-optim`'s CUDA kernels on a GPU) after two updates, against the CPU and against
 //!   the tensor-op forms on the same device (`ATOMRL_CUDA_FUSED=0`).
@@ -36,8 +42,8 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use atomrl_core::DeviceSpec;
 use atomrl_logprob::{get_action_log_probs, get_shared_prompt_log_probs, SharedPromptBatch};
-use atomrl_model::{Architecture, CausalLm, ForwardInput, LoraConfig, ModelConfig};
-use atomrl_sample::{generate_samples, SamplingParams};
+use atomrl_model::{Architecture, CausalLm, ForwardInput, LoraConfig, ModelConfig, StaticDecode};
+use atomrl_sample::{generate_samples, BatchDecoder, CacheMode, SamplingParams};
 use atomrl_trainer::config::load_args;
 use atomrl_trainer::run::run_recipe;
 use candle_core::{DType, Device, Tensor, Var};
@@ -269,7 +275,11 @@ fn check_kernels(device: &Device, report: &mut Report) -> Result<()> {
                 d, dtype, fused,
             )?)
         },
-    )
+    )?;
+    // atomrl-sample's device draw (Gumbel-max and greedy tokens with their log-probs).
+    check_kernel("device-pick", device, report, |d, dtype, fused| {
+        Ok(atomrl_sample::kernel_check::device_pick(d, dtype, fused)?)
+    })
 }
 
 /// One kernel's four rows: `run(device, dtype, fused)` in f32 and bf16, fused against the CPU's
@@ -704,8 +714,64 @@ fn check_model(dir: &Path, device: &Device, report: &mut Report) -> Result<()> {
         )?;
 
         check_decoding(&name, &cpu, &model, p, lp, report)?;
+        if !StaticDecode::supports(&model.generation_view()) {
+            continue;
+        }
+        let fixed = decode_logits(&model, true)?;
+        report.compare(
+            format!("{name} / static decode logits vs CPU / {p}"),
+            &fixed,
+            &decode_logits(&cpu, false)?,
+            logits,
+        )?;
+        report.compare(
+            format!("{name} / static decode vs cached, same device / {p}"),
+            &fixed,
+            &decode_logits(&model, false)?,
+            logits,
+        )?;
     }
     Ok(())
+}
+
+/// Logits (f32, on the CPU) of a prefill and six decode steps of `model`'s generation view
+/// through [`BatchDecoder`], with the static decoder (`fixed`) or the eager cached step: six
+/// rows of three ragged prompts, fed tokens fixed by a rule; two rows drop at step 2 (kept in
+/// the static batch) and two more at step 4 (the static batch compacts), and the cache, sized
+/// for four new tokens, grows.
+fn decode_logits(model: &CausalLm, fixed: bool) -> Result<Tensor> {
+    let vocab = model.config().vocab_size as u32;
+    let prompts = vec![
+        vec![1 % vocab, 20 % vocab, 30 % vocab],
+        vec![40 % vocab],
+        vec![7 % vocab, 9 % vocab],
+    ];
+    let view = model.generation_view();
+    let mut dec = BatchDecoder::new(&view, CacheMode::KvCache)
+        .with_static_decode(fixed)
+        .with_max_new_tokens(4);
+    let host = |t: Tensor| to_cpu_f32(&t);
+    let mut out = vec![host(dec.prefill(&prompts, 2)?)?];
+    for step in 0..6u32 {
+        let rows = dec.active_rows().to_vec();
+        let keep: Vec<usize> = (0..rows.len())
+            .filter(|&a| match step {
+                2 => !rows[a].is_multiple_of(3),
+                4 => rows[a].is_multiple_of(2),
+                _ => true,
+            })
+            .collect();
+        dec.retain(&keep)?;
+        let tokens: Vec<u32> = keep
+            .iter()
+            .map(|&a| (rows[a] as u32 * 13 + step * 7 + 3) % vocab)
+            .collect();
+        out.push(host(dec.step(&tokens)?)?);
+    }
+    if dec.uses_static_decode() != fixed {
+        bail!("the decoder did not take the static path it was asked for ({fixed})");
+    }
+    Ok(Tensor::cat(&out, 0)?)
 }
 
 /// Samples on the device with the KV cache and compares the log-probs it reports with one full
@@ -867,9 +933,10 @@ mod tests {
         };
         let rows = run(&args).unwrap();
         std::fs::remove_dir_all(&scratch).ok();
-        // models × precisions × rows, (4 decoder kernels + the log-softmax) × precisions ×
-        // references, the optimizer's two.
-        assert_eq!(rows.len(), 2 * 2 * 9 + 5 * 2 * 2 + 2);
+        // models × precisions × rows, (4 decoder kernels + the log-softmax + the device
+        // draw) × precisions × references, the optimizer's two.
+        // The static decode rows: f32 only (the CPU has no bf16 static step).
+        assert_eq!(rows.len(), 2 * 2 * 9 + 2 * 2 + 6 * 2 * 2 + 2);
         // The optimizer's rows: the same code on the same device.
         assert!(rows
             .iter()
@@ -888,10 +955,14 @@ mod tests {
         }
         // bf16 differs from f32 (else the bf16 path would not be running in bf16); on the CPU
         // a bf16 kernel row against the tensor ops compares the same code (no fused bf16 CPU
-        // kernels).
+        // kernels), and the device draw's logits are exact in bf16 by design.
         assert!(rows
             .iter()
-            .filter(|r| r.name.ends_with("/ bf16") && !r.name.contains("same device"))
+            .filter(|r| {
+                r.name.ends_with("/ bf16")
+                    && !r.name.contains("same device")
+                    && !r.name.contains("device-pick")
+            })
             .all(|r| r.diff > 0.0));
     }
 

@@ -1,7 +1,7 @@
 //! AtomRL's own CUDA kernels as PTX (feature `cuda`): compiled from `cuda/*.cu` by the build
 //! script with nvcc, loaded by the crates that launch them (`atomrl-optim`: in-place optimizer
 //! and gradient kernels; `atomrl-model`: fused decoder kernels; `atomrl-logprob`: the selective
-//! log-softmax) through candle's
+//! log-softmax; the static decode step) through candle's
 //! `CudaDevice::get_or_load_custom_func`. Whether they are used at all is
 //! [`crate::device::cuda_fused_kernels`] (`ATOMRL_CUDA_FUSED=0` turns them off).
 
@@ -17,8 +17,27 @@ pub const MODEL_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/model.ptx"))
 /// `atomrl_selective_log_softmax_<fwd|bwd>_<f32|bf16|f16>` (launched by atomrl-logprob).
 pub const LOGPROB_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/logprob.ptx"));
 
+/// `cuda/decode.cu`: the static decode step's kernels, whose per-step values come from device
+/// memory (`atomrl_decode_bias_*`, `atomrl_decode_qkv_*`; launched by atomrl-model's
+/// `StaticDecode`, replayed in a CUDA graph).
+pub const DECODE_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/decode.ptx"));
+
 use candle_core::cuda_backend::cudarc::driver::LaunchConfig;
-use candle_core::Layout;
+use candle_core::{DType, Layout};
+
+/// The entry point of kernel `name` for `dtype` in AtomRL's PTX: `atomrl_<name>_<f32|bf16|f16>`.
+///
+/// # Errors
+/// Any other dtype (the kernels are written for these three).
+pub fn kernel_name(name: &str, dtype: DType) -> candle_core::Result<String> {
+    let suffix = match dtype {
+        DType::F32 => "f32",
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        dt => candle_core::bail!("atomrl CUDA kernel {name}: unsupported dtype {dt:?}"),
+    };
+    Ok(format!("atomrl_{name}_{suffix}"))
+}
 
 /// The element range of a contiguous layout (`what` names the tensor in the error).
 ///

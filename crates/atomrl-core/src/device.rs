@@ -212,27 +212,83 @@ pub const CUDA_FUSED_ENV: &str = "ATOMRL_CUDA_FUSED";
 /// assert!(atomrl_core::device::fused_switch_value(None));
 /// ```
 pub fn cuda_fused_kernels() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    match FUSED_OVERRIDE.load(std::sync::atomic::Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => *ON.get_or_init(|| fused_switch_value(std::env::var(CUDA_FUSED_ENV).ok().as_deref())),
+    FUSED.get()
+}
+
+/// A process-wide on/off switch read from an environment variable once, which the process can
+/// override.
+struct Switch {
+    env: &'static str,
+    from_env: std::sync::OnceLock<bool>,
+    /// 0: follow the environment; 1: on; 2: off.
+    forced: std::sync::atomic::AtomicU8,
+}
+
+impl Switch {
+    const fn new(env: &'static str) -> Self {
+        Self {
+            env,
+            from_env: std::sync::OnceLock::new(),
+            forced: std::sync::atomic::AtomicU8::new(0),
+        }
+    }
+
+    fn get(&self) -> bool {
+        match self.forced.load(std::sync::atomic::Ordering::Relaxed) {
+            1 => true,
+            2 => false,
+            _ => *self
+                .from_env
+                .get_or_init(|| fused_switch_value(std::env::var(self.env).ok().as_deref())),
+        }
+    }
+
+    fn set(&self, on: Option<bool>) {
+        let v = match on {
+            None => 0,
+            Some(true) => 1,
+            Some(false) => 2,
+        };
+        self.forced.store(v, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
-/// 0: follow the environment; 1: on; 2: off.
-static FUSED_OVERRIDE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+static FUSED: Switch = Switch::new(CUDA_FUSED_ENV);
+static GRAPHS: Switch = Switch::new(CUDA_GRAPHS_ENV);
 
 /// Overrides [`cuda_fused_kernels`] for this process (`None`: follow the environment again),
 /// so that one process can compare the fused kernels with the tensor-op forms
 /// (`xtask device-check`).
 pub fn set_cuda_fused_kernels(on: Option<bool>) {
-    let v = match on {
-        None => 0,
-        Some(true) => 1,
-        Some(false) => 2,
-    };
-    FUSED_OVERRIDE.store(v, std::sync::atomic::Ordering::Relaxed);
+    FUSED.set(on);
+}
+
+/// The environment variable that turns CUDA graphs off for decoding: `ATOMRL_CUDA_GRAPHS=0`
+/// (decoding then takes the eager cached steps of earlier releases; a static decoder asked for
+/// explicitly runs its kernels one by one, as a graph would replay them).
+pub const CUDA_GRAPHS_ENV: &str = "ATOMRL_CUDA_GRAPHS";
+
+/// Whether decode steps on CUDA are captured into a CUDA graph and replayed: on unless
+/// [`CUDA_GRAPHS_ENV`] reads as off (the same values as [`CUDA_FUSED_ENV`]) or
+/// [`set_cuda_graphs`] says otherwise.
+///
+/// ```
+/// assert!(atomrl_core::device::cuda_graphs() || std::env::var("ATOMRL_CUDA_GRAPHS").is_ok());
+/// ```
+pub fn cuda_graphs() -> bool {
+    GRAPHS.get()
+}
+
+/// Overrides [`cuda_graphs`] for this process (`None`: follow the environment again), so that
+/// one process can measure decoding with and without graphs (`xtask bench`).
+///
+/// ```
+/// atomrl_core::device::set_cuda_graphs(Some(false));
+/// assert!(!atomrl_core::device::cuda_graphs());
+/// atomrl_core::device::set_cuda_graphs(None);
+/// ```
+pub fn set_cuda_graphs(on: Option<bool>) {
+    GRAPHS.set(on);
 }
 
 /// How a value of [`CUDA_FUSED_ENV`] reads (`None`: unset, which means on).

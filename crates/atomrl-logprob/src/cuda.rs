@@ -30,13 +30,7 @@ pub(crate) fn available(logits: &Tensor) -> bool {
 
 /// The kernel name for `dtype`.
 fn kernel(pass: &str, dtype: DType) -> Result<String> {
-    let suffix = match dtype {
-        DType::F32 => "f32",
-        DType::BF16 => "bf16",
-        DType::F16 => "f16",
-        dt => candle_core::bail!("atomrl-selective-log-softmax: unsupported dtype {dt:?}"),
-    };
-    Ok(format!("atomrl_selective_log_softmax_{pass}_{suffix}"))
+    atomrl_core::cuda::kernel_name(&format!("selective_log_softmax_{pass}"), dtype)
 }
 
 /// Checks shapes and returns `(R, V)`.

@@ -47,6 +47,7 @@ mod network;
 mod ops;
 mod params;
 mod save;
+mod static_decode;
 mod value;
 mod weights;
 
@@ -59,6 +60,7 @@ pub use lora::{LoraConfig, ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, LORA_TARGE
 pub use model::CausalLm;
 pub use model_dir_arg::model_dir_arg;
 pub use save::COPIED_FILES;
+pub use static_decode::StaticDecode;
 pub use value::{HeadLayout, ValueModel, CRITIC_ADAPTERS_FILE, SCORE_BIAS, SCORE_WEIGHT};
 pub use weights::{
     load_safetensors_dir, load_safetensors_file, save_safetensors, WEIGHTS_FILE, WEIGHTS_INDEX_FILE,

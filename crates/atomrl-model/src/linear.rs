@@ -123,6 +123,17 @@ impl Linear {
         self.lora.as_ref().is_some_and(|l| l.dropout > 0.0)
     }
 
+    /// `x [R, in]` through the layer without its bias, and the bias apart (`None` when there
+    /// is none, or when a LoRA adapter is attached: then the output is the whole
+    /// [`Linear::forward`], in its order of additions). For kernels that add the bias
+    /// themselves (the static decode step's `decode_qkv`). Inference only (no dropout).
+    pub fn split_bias(&self, x: &Tensor) -> Result<(Tensor, Option<Tensor>)> {
+        match (&self.bias, &self.lora) {
+            (Some(b), None) => Ok((frozen_matmul(x, &self.weight)?, Some(b.clone()))),
+            _ => Ok((self.forward(x, false)?, None)),
+        }
+    }
+
     /// Applies the layer to `x [.., in]`; `train` turns on the adapter's dropout.
     pub fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
         let dims = x.dims().to_vec();

@@ -690,6 +690,14 @@ impl CausalLm {
         self
     }
 
+    /// The network as a static decode step runs it ([`crate::StaticDecode`]): every tensor
+    /// in the compute dtype and detached (no cast or graph work per step; shared storage when
+    /// already so, as in a generation view).
+    pub(crate) fn static_network(&self) -> candle_core::Result<Network> {
+        let dtype = self.compute_dtype;
+        self.net.map(&mut |t| Ok(t.to_dtype(dtype)?.detach()))
+    }
+
     /// Training mode: turns LoRA dropout on (default off).
     ///
     /// ```

@@ -9,6 +9,26 @@ use crate::input::AttentionBias;
 use crate::linear::{Linear, LoraAdapter, TensorFn};
 use crate::ops::{apply_rope, repeat_kv, rms_norm, softmax_last};
 
+/// What a static decode step ([`crate::static_decode`]) supplies to the network for each
+/// layer: the new token's attention inputs written to the cache, the cache, and the mask.
+pub(crate) trait StepCache {
+    /// The new token's rotated queries `[B, H, d]` from its projections `q [B, H·d]`,
+    /// `k`, `v [B, KV·d]` (biases not yet added when `bias` is given); writes its key and value
+    /// into layer `layer`'s cache.
+    fn qkv(
+        &self,
+        layer: usize,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        bias: Option<[&Tensor; 3]>,
+    ) -> Result<Tensor>;
+    /// Layer `layer`'s keys and values `[B, KV, cap, d]`.
+    fn kv(&self, layer: usize) -> (&Tensor, &Tensor);
+    /// Which cache columns each row attends to.
+    fn mask(&self) -> &crate::kernels::KeyMask;
+}
+
 /// Where the network's tensors come from: the base weight by HF name (already detached when
 /// frozen), and the LoRA adapter of a module path, if any.
 pub(crate) trait TensorSource {
@@ -127,6 +147,54 @@ impl Attention {
     }
 }
 
+impl Attention {
+    /// One decode step of a static batch: `x [B, hidden]` → `[B, hidden]`, attending over the
+    /// whole cache of `s` under its mask (see [`crate::static_decode`]).
+    fn decode_static(&self, x: &Tensor, layer: usize, s: &dyn StepCache) -> Result<Tensor> {
+        let b = x.dim(0)?;
+        let (nh, nkv, hd) = (self.heads, self.kv_heads, self.head_dim);
+        let q;
+        let k;
+        let v;
+        let mut bias = None;
+        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
+            let qp = self.q.forward(x, false)?.reshape((b, nh, hd))?;
+            let kp = self.k.forward(x, false)?.reshape((b, nkv, hd))?;
+            q = rms_norm(&qp, qn, self.eps, self.fused)?;
+            k = rms_norm(&kp, kn, self.eps, self.fused)?;
+            v = self.v.forward(x, false)?;
+        } else {
+            let (qp, qb) = self.q.split_bias(x)?;
+            let (kp, kb) = self.k.split_bias(x)?;
+            let (vp, vb) = self.v.split_bias(x)?;
+            match (qb, kb, vb) {
+                (Some(qb), Some(kb), Some(vb)) => {
+                    (q, k, v) = (qp, kp, vp);
+                    bias = Some([qb, kb, vb]);
+                }
+                (qb, kb, vb) => {
+                    let add = |t: Tensor, b: Option<Tensor>| match b {
+                        Some(b) => t.broadcast_add(&b),
+                        None => Ok(t),
+                    };
+                    (q, k, v) = (add(qp, qb)?, add(kp, kb)?, add(vp, vb)?);
+                }
+            }
+        }
+        let bias_refs = bias.as_ref().map(|[a, b, c]| [a, b, c]);
+        let q = s.qkv(layer, &q, &k, &v, bias_refs)?;
+        let (kc, vc) = s.kv(layer);
+        let cap = kc.dim(2)?;
+        let group = nh / nkv;
+        let scores = q.reshape((b, nkv, group, hd))?.matmul(&kc.t()?)?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let p =
+            crate::kernels::attention_softmax(&scores.reshape((b, nh, 1, cap))?, scale, s.mask())?;
+        let out = p.reshape((b, nkv, group, cap))?.matmul(vc)?;
+        self.o.forward(&out.reshape((b, nh * hd))?, false)
+    }
+}
+
 /// Attention of `q [N, H, L, d]` over `k, v [N, KV, S, d]` without repeating the key/value
 /// heads: the `H / KV` query heads of a group are stacked into the rows of one matmul against
 /// their shared keys (`[N, KV, (H/KV)·L, d]`, a view of `q`), so no `[N, H, S, d]` copies of
@@ -226,6 +294,16 @@ impl DecoderLayer {
         let _p = profile::phase("forward.layer.mlp", x.device());
         let h = rms_norm(&x, &self.post_attn_norm, self.eps, self.fused)?;
         x + self.mlp.forward(&h, train)?
+    }
+}
+
+impl DecoderLayer {
+    /// One decode step of a static batch: `x [B, hidden]` → `[B, hidden]`.
+    fn decode_static(&self, x: &Tensor, layer: usize, s: &dyn StepCache) -> Result<Tensor> {
+        let h = rms_norm(x, &self.input_norm, self.eps, self.fused)?;
+        let x = (x + self.attn.decode_static(&h, layer, s)?)?;
+        let h = rms_norm(&x, &self.post_attn_norm, self.eps, self.fused)?;
+        x + self.mlp.forward(&h, false)?
     }
 }
 
@@ -388,6 +466,17 @@ impl Network {
             };
         }
         rms_norm(&x, &self.norm, self.eps, self.fused)
+    }
+
+    /// Logits `[B, V]` of one static decode step: token ids `[B]` (u32, on the device)
+    /// through every layer over the caches of `s` (see [`crate::static_decode`]).
+    pub fn decode_static(&self, ids: &Tensor, s: &dyn StepCache) -> Result<Tensor> {
+        let mut x = self.embed.index_select(ids, 0)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = layer.decode_static(&x, i, s)?;
+        }
+        let h = rms_norm(&x, &self.norm, self.eps, self.fused)?;
+        self.lm_head.forward(&h, false)
     }
 
     /// Uses candle's forward-only RMSNorm, softmax and RoPE kernels and grouped-query attention

@@ -2,7 +2,7 @@
 //! finished rows dropped from the running batch.
 
 use atomrl_core::{CandleContext, Error, Result};
-use atomrl_model::{CausalLm, ForwardInput, KvCache};
+use atomrl_model::{CausalLm, ForwardInput, KvCache, StaticDecode};
 use candle_core::{Device, Tensor};
 
 /// How [`BatchDecoder`] computes each step's logits.
@@ -24,6 +24,14 @@ pub enum CacheMode {
 ///
 /// Positions are explicit (`prompt_len + generated so far` for each row); the key-padding
 /// mask is sent only while some active row still has padding.
+///
+/// On CUDA the steps after the prefill run as a [`StaticDecode`] (a KV cache of fixed
+/// capacity, each step one replayed CUDA graph): finished rows stay in its batch, fed the pad
+/// token, until half the rows have finished, when the batch is compacted (a new graph).
+/// `ATOMRL_CUDA_GRAPHS=0` (or `ATOMRL_CUDA_FUSED=0`) decodes with the eager cached steps
+/// instead. [`BatchDecoder::with_static_decode`] turns the static decoder on elsewhere (the
+/// CPU, for tests; on CUDA without graphs when they are off) or off;
+/// [`BatchDecoder::with_max_new_tokens`] sizes the cache.
 ///
 /// # Shapes
 /// [`BatchDecoder::prefill`]: `B` prompts × `copies` → logits `[B·copies, V]` at the last
@@ -55,7 +63,19 @@ pub struct BatchDecoder<'m> {
     width: usize,
     seqs: Vec<Vec<u32>>,
     pad_id: u32,
+    /// `None`: static decoding on CUDA only; `Some(on)`: wherever supported, or never.
+    static_choice: Option<bool>,
+    max_new_tokens: usize,
+    /// The static decoder of the running batch, when used.
+    fixed: Option<StaticDecode>,
+    /// Its row of each active row, and its rows' positions.
+    slots: Vec<usize>,
+    slot_positions: Vec<u32>,
 }
+
+/// Positions a static cache makes room for past the prompt when the caller gave no
+/// `max_new_tokens` (it grows when full).
+const DEFAULT_ROOM: usize = 256;
 
 const FUNC: &str = "BatchDecoder";
 
@@ -75,7 +95,60 @@ impl<'m> BatchDecoder<'m> {
             width: 0,
             seqs: Vec::new(),
             pad_id: 0,
+            static_choice: None,
+            max_new_tokens: 0,
+            fixed: None,
+            slots: Vec::new(),
+            slot_positions: Vec::new(),
         }
+    }
+
+    /// Decodes through a [`StaticDecode`] wherever the model has one (`true`; on the CPU its
+    /// tensor-op form) or never (`false`); by default only on CUDA with graphs on.
+    ///
+    /// ```
+    /// use atomrl_model::CausalLm;
+    /// use atomrl_sample::{BatchDecoder, CacheMode};
+    /// use candle_core::{DType, Device};
+    /// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+    /// let model = CausalLm::from_hf_dir(dir, DType::F32, &Device::Cpu)?;
+    /// let mut dec = BatchDecoder::new(&model, CacheMode::KvCache).with_static_decode(true);
+    /// dec.prefill(&[vec![1, 5, 6], vec![1, 7]], 1)?;
+    /// assert!(dec.uses_static_decode());
+    /// assert_eq!(dec.step(&[9, 10])?.dims(), &[2, 512]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_static_decode(mut self, on: bool) -> Self {
+        self.static_choice = Some(on);
+        self
+    }
+
+    /// The most tokens a row will be fed after its prompt: a static cache is sized for it
+    /// (else it makes room for 256 and grows).
+    ///
+    /// See [`BatchDecoder::with_static_decode`]; [`crate::generate_samples`] passes its
+    /// `max_new_tokens`.
+    pub fn with_max_new_tokens(mut self, n: usize) -> Self {
+        self.max_new_tokens = n;
+        self
+    }
+
+    /// Whether the running batch decodes through a [`StaticDecode`].
+    ///
+    /// See [`BatchDecoder::with_static_decode`] for an example.
+    pub fn uses_static_decode(&self) -> bool {
+        self.fixed.is_some()
+    }
+
+    /// Whether a prefilled batch continues as a [`StaticDecode`].
+    fn wants_static(&self) -> bool {
+        // One new token is the prefill's: no step would use the static cache.
+        self.mode == CacheMode::KvCache
+            && self.max_new_tokens != 1
+            && self.static_choice.unwrap_or_else(|| {
+                self.model.device().is_cuda() && atomrl_core::device::cuda_graphs()
+            })
+            && StaticDecode::supports(self.model)
     }
 
     /// Runs the prompts (left-padded to the longest) and returns the next-token logits
@@ -143,7 +216,64 @@ impl<'m> BatchDecoder<'m> {
                 self.cache = self.cache.index_select(&idx)?;
             }
         }
+        self.fixed = None;
+        if self.wants_static() {
+            let room = if self.max_new_tokens > 0 {
+                self.max_new_tokens
+            } else {
+                DEFAULT_ROOM
+            };
+            let fixed = StaticDecode::new(self.model, &self.cache, &self.pads, p + room)?;
+            self.fixed = Some(fixed);
+            self.slots = (0..b * copies).collect();
+            self.slot_positions = self.lens.iter().map(|&l| l as u32).collect();
+            self.cache = self.model.new_kv_cache();
+        }
         Ok(logits)
+    }
+
+    /// A step of the static decoder: the active rows' tokens at their rows, the pad token
+    /// elsewhere; logits of the active rows.
+    fn static_step(&mut self, tokens: &[u32]) -> Result<Tensor> {
+        let func = "BatchDecoder::step";
+        let Some(fixed) = self.fixed.as_mut() else {
+            return Err(Error::missing(func, "static decoder", "a prefill"));
+        };
+        if fixed.width() >= fixed.capacity() {
+            let more = fixed.capacity() + fixed.capacity() / 2 + 1;
+            *fixed = fixed.with_capacity(self.model, more)?;
+        }
+        let mut ids = vec![self.pad_id; fixed.rows()];
+        for ((&slot, &t), &len) in self.slots.iter().zip(tokens).zip(&self.lens) {
+            ids[slot] = t;
+            self.slot_positions[slot] = len as u32;
+        }
+        let logits = fixed.step(&ids, &self.slot_positions)?;
+        if self.slots.len() == fixed.rows() {
+            return Ok(logits);
+        }
+        let idx: Vec<u32> = self.slots.iter().map(|&s| s as u32).collect();
+        let idx = Tensor::new(idx, self.model.device()).ctx(func)?;
+        logits.index_select(&idx, 0).ctx(func)
+    }
+
+    /// Drops finished rows from the static decoder once they are at least half its batch.
+    fn compact_static(&mut self) -> Result<()> {
+        let Some(fixed) = self.fixed.as_ref() else {
+            return Ok(());
+        };
+        if self.slots.is_empty() {
+            self.fixed = None;
+            return Ok(());
+        }
+        if 2 * self.slots.len() > fixed.rows() {
+            return Ok(());
+        }
+        let compacted = fixed.select_rows(self.model, &self.slots)?;
+        self.slot_positions = self.slots.iter().map(|&s| self.slot_positions[s]).collect();
+        self.slots = (0..self.slots.len()).collect();
+        self.fixed = Some(compacted);
+        Ok(())
     }
 
     /// Feeds one token per active row and returns the next-token logits `[A, V]`.
@@ -176,6 +306,7 @@ impl<'m> BatchDecoder<'m> {
         let device = self.model.device().clone();
         let any_pad = self.pads.iter().any(|&x| x > 0);
         let logits = match self.mode {
+            CacheMode::KvCache if self.fixed.is_some() => self.static_step(tokens)?,
             CacheMode::KvCache => {
                 let ids = Tensor::from_vec(tokens.to_vec(), (a, 1), &Device::Cpu).ctx(func)?;
                 let pos: Vec<u32> = self.lens.iter().map(|&l| l as u32).collect();
@@ -236,6 +367,11 @@ impl<'m> BatchDecoder<'m> {
         self.rows = pick(&self.rows);
         self.pads = pick(&self.pads);
         self.lens = pick(&self.lens);
+        if self.fixed.is_some() {
+            // The static cache keeps its columns: no padding is trimmed.
+            self.slots = pick(&self.slots);
+            return self.compact_static();
+        }
         if !self.seqs.is_empty() {
             self.seqs = keep
                 .iter()

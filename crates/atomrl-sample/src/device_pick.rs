@@ -57,7 +57,8 @@ pub(crate) fn applies(params: &SamplingParams, device: &Device) -> bool {
 
 /// The next token of each row of `logits [B, V]` and its log-probability under
 /// `softmax(logits / T)` (`T = 1` when greedy, as the host path reports), drawn on the
-/// logits' device; `temperature = 0` is greedy.
+/// logits' device; `temperature = 0` is greedy. On CUDA one kernel does the draw
+/// (`pick_cuda`), unless `ATOMRL_CUDA_FUSED=0`.
 pub(crate) fn pick(
     logits: &Tensor,
     temperature: f64,
@@ -65,40 +66,51 @@ pub(crate) fn pick(
 ) -> Result<(Vec<u32>, Vec<f32>)> {
     let func = "generate_samples";
     let (rows, vocab) = logits.dims2().ctx(func)?;
-    let t = if temperature > 0.0 { temperature } else { 1.0 };
-    let x = logits
-        .to_dtype(DType::F32)
-        .and_then(|x| {
-            if t == 1.0 {
-                Ok(x)
-            } else {
-                x.affine(1.0 / t, 0.0)
-            }
-        })
-        .ctx(func)?;
-    let tokens = if temperature > 0.0 {
-        let u = noise.uniform(rows, vocab, logits.device())?;
-        // −log(−log U) is standard Gumbel; U = 0 gives −inf, a token never drawn.
-        let gumbel = u
-            .log()
-            .and_then(|l| l.neg())
-            .and_then(|l| l.log())
-            .and_then(|l| l.neg());
-        gumbel.and_then(|g| (&x + g)?.argmax(D::Minus1)).ctx(func)?
+    let u = if temperature > 0.0 {
+        Some(noise.uniform(rows, vocab, logits.device())?)
     } else {
-        x.argmax(D::Minus1).ctx(func)?
+        None
     };
-    let max = x.max_keepdim(D::Minus1).ctx(func)?;
-    let log_sum = x
-        .broadcast_sub(&max)
-        .and_then(|s| s.exp()?.sum_keepdim(D::Minus1)?.log())
-        .and_then(|l| l + &max)
-        .ctx(func)?;
-    let chosen = x.gather(&tokens.unsqueeze(1).ctx(func)?, 1).ctx(func)?;
-    let log_probs = (chosen - log_sum)
-        .and_then(|lp| lp.squeeze(1)?.to_vec1::<f32>())
-        .ctx(func)?;
+    let (tokens, log_probs) = draw(logits, temperature, u.as_ref(), true).ctx(func)?;
+    let log_probs = log_probs.to_vec1::<f32>().ctx(func)?;
     let tokens = tokens.to_vec1::<u32>().ctx(func)?;
+    Ok((tokens, log_probs))
+}
+
+/// Tokens (u32 `[B]`) and log-probs (f32 `[B]`) of `logits [B, V]` with the uniform noise `u`
+/// (`None`: greedy), through the CUDA kernel when `fused` and it takes the logits, else
+/// through tensor ops.
+pub(crate) fn draw(
+    logits: &Tensor,
+    temperature: f64,
+    u: Option<&Tensor>,
+    fused: bool,
+) -> candle_core::Result<(Tensor, Tensor)> {
+    let t = if temperature > 0.0 { temperature } else { 1.0 };
+    #[cfg(feature = "cuda")]
+    if fused && crate::pick_cuda::available(logits) {
+        return crate::pick_cuda::pick(logits, u, 1.0 / t);
+    }
+    let _ = fused;
+    let x = logits.to_dtype(DType::F32)?;
+    let x = if t == 1.0 { x } else { x.affine(1.0 / t, 0.0)? };
+    let tokens = match u {
+        Some(u) => {
+            // −log(−log U) is standard Gumbel; U = 0 gives −inf, a token never drawn.
+            let gumbel = u.log()?.neg()?.log()?.neg()?;
+            (&x + gumbel)?.argmax(D::Minus1)?
+        }
+        None => x.argmax(D::Minus1)?,
+    };
+    let max = x.max_keepdim(D::Minus1)?;
+    let log_sum = (x
+        .broadcast_sub(&max)?
+        .exp()?
+        .sum_keepdim(D::Minus1)?
+        .log()?
+        + &max)?;
+    let chosen = x.gather(&tokens.unsqueeze(1)?, 1)?;
+    let log_probs = (chosen - log_sum)?.squeeze(1)?;
     Ok((tokens, log_probs))
 }
 

@@ -118,7 +118,7 @@ fn generate(
     let pad_id = stop_decoder.map_or(0, ChatTokenizer::pad_token_id);
     let view = model.generation_view();
     let g = params.num_generations;
-    let mut decoder = BatchDecoder::new(&view, mode);
+    let mut decoder = BatchDecoder::new(&view, mode).with_max_new_tokens(params.max_new_tokens);
     let mut logits = {
         let _p = profile::phase("decode.prefill", view.device());
         decoder.prefill(prompts, g)?

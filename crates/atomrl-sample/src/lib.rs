@@ -50,7 +50,10 @@ mod decoded;
 mod decoder;
 mod device_pick;
 mod generate;
+pub mod kernel_check;
 mod params;
+#[cfg(feature = "cuda")]
+mod pick_cuda;
 mod process;
 mod registry;
 mod rollout;

@@ -11,12 +11,19 @@
 #   torch-bench.json     xtask/fixtures/bench_torch_gpu.py, same shape and arguments (decode at the
 #                        batches of the goals, 1 and 64, unless TORCH_BATCHES says otherwise:
 #                        HF generate takes 90 s for all four; TORCH_ARGS=--skip-decode: training only)
+#   atomrl-eager-decode.json  the bf16 decode bench with ATOMRL_CUDA_GRAPHS=0 (eager cached steps,
+#                        no static decoder: what CUDA graphs save)
 #   metrics.jsonl        a short bf16 GRPO run of the embedded example
 #   all.log              everything printed
+#   atomrl-decode-parts.jsonl  bf16 decode at batches 1 and 64, at the shape and with 2 layers
+# STEPS lists the steps to run (default all): device-check bench eager-decode decode-parts
+# profile parts unfused event-tracking torch grpo.
 # Each step has its own timeout (T1..T8 seconds, 620 s at most in all, ~250 s as measured: one call of the device tool, whose
 # limit is 600 s), so one that hangs does not cost the rest.
 set -u
 : "${OUT:?set OUT to the results folder}"
+STEPS=${STEPS:-device-check bench eager-decode decode-parts profile parts unfused event-tracking torch grpo}
+want() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 mkdir -p "$OUT"
 ROOT=$PWD
 L=$OUT/all.log
@@ -46,12 +53,35 @@ fi
 cd "$ROOT"   # device-check reads the fixtures from the current folder
 X=gpu/xtask
 SHAPE="--device cuda --shape qwen2.5-0.5b --bandwidth-gbs $BW"
+want device-check && {
 log device-check
 timeout "${T1:-110}" $X device-check --device cuda --json "$OUT/device-check.json" >> "$L" 2>&1; echo "rc=$?" >> "$L"
+}
+want bench && {
 log atomrl-bench
-timeout "${T2:-110}" $X bench $SHAPE --json "$OUT/atomrl-bench.json" >> "$L" 2>&1; echo "rc=$?" >> "$L"
+timeout "${T2:-110}" $X bench $SHAPE ${BENCH_ARGS:-} --json "$OUT/atomrl-bench.json" >> "$L" 2>&1; echo "rc=$?" >> "$L"
+}
+want eager-decode && {
+log atomrl-eager-decode
+ATOMRL_CUDA_GRAPHS=0 timeout "${T9:-60}" $X bench $SHAPE --dtypes bf16 --skip-train --json "$OUT/atomrl-eager-decode.json" >> "$L" 2>&1; echo "rc=$?" >> "$L"
+}
+want decode-parts && {
+log atomrl-decode-parts
+# Decode (graphs on) at the shape and with 2 layers: the difference is 22 layers' share of a
+# step, the rest the fixed part (embedding, LM head, the draw, host work).
+: > "$OUT/atomrl-decode-parts.jsonl"
+for part in "" "--layers 2"; do
+  timeout "${T10:-40}" $X bench $SHAPE --dtypes bf16 --skip-train --batches 1,64 $part \
+    --json /tmp/atomrl-part.json >> "$L" 2>&1; echo "rc=$?" >> "$L"
+  [ -f /tmp/atomrl-part.json ] && { tr -d '\n' < /tmp/atomrl-part.json; echo; } >> "$OUT/atomrl-decode-parts.jsonl"
+  rm -f /tmp/atomrl-part.json
+done
+}
+want profile && {
 log atomrl-profile
 timeout "${T3:-70}" $X bench $SHAPE --dtypes bf16 --batches 1,64 --profile --json "$OUT/atomrl-profile.json" >> "$L" 2>&1; echo "rc=$?" >> "$L"
+}
+want parts && {
 log atomrl-parts
 # One micro-batch of 8 x 320 at the shape, with 2 layers, and with a 4,096-token vocabulary:
 # the differences split a step between the decoder layers and the LM head + log-softmax.
@@ -62,15 +92,24 @@ for part in "" "--layers 2" "--vocab 4096"; do
   [ -f /tmp/atomrl-part.json ] && { tr -d '\n' < /tmp/atomrl-part.json; echo; } >> "$OUT/atomrl-parts.jsonl"
   rm -f /tmp/atomrl-part.json
 done
+}
+want unfused && {
 log atomrl-unfused
 ATOMRL_CUDA_FUSED=0 timeout "${T4:-70}" $X bench $SHAPE --dtypes bf16 --batches 1,64 --json "$OUT/atomrl-unfused.json" >> "$L" 2>&1; echo "rc=$?" >> "$L"
+}
+want event-tracking && {
 log atomrl-event-tracking
 # cudarc's per-buffer CUDA events back on (atomrl_core::cuda::configure_device turns them off):
 # what they cost a decode step and a training step, in all.log only.
 ATOMRL_CUDA_EVENT_TRACKING=1 timeout "${T8:-40}" $X bench $SHAPE --dtypes bf16 --batches 1,64 >> "$L" 2>&1; echo "rc=$?" >> "$L"
+}
+want torch && {
 log torch-bench
 PYTHONUNBUFFERED=1 timeout "${T5:-90}" python3 gpu/bench_torch_gpu.py --device cuda --shape qwen2.5-0.5b --bandwidth-gbs $BW --batches "${TORCH_BATCHES:-1,64}" ${TORCH_ARGS:-} --json "$OUT/torch-bench.json" >> "$L" 2>&1; echo "rc=$?" >> "$L"
+}
+want grpo && {
 log grpo
 timeout "${T6:-40}" gpu/grpo_gsm8k --device cuda --max-steps 20 --set 'dtype="bf16"' --set eval_size=100 --output-dir /tmp/atomrl-gpu-run >> "$L" 2>&1; echo "rc=$?" >> "$L"
 cp /tmp/atomrl-gpu-run/metrics.jsonl "$OUT/metrics.jsonl" 2>/dev/null
+}
 log end

@@ -25,16 +25,7 @@ fn ptx() -> &'static str {
     atomrl_core::cuda::MODEL_PTX
 }
 
-/// The kernel name for `dtype`: `atomrl_<name>_<f32|bf16|f16>`.
-fn kernel(name: &str, dtype: DType) -> Result<String> {
-    let suffix = match dtype {
-        DType::F32 => "f32",
-        DType::BF16 => "bf16",
-        DType::F16 => "f16",
-        dt => candle_core::bail!("atomrl CUDA kernel {name}: unsupported dtype {dt:?}"),
-    };
-    Ok(format!("atomrl_{name}_{suffix}"))
-}
+use atomrl_core::cuda::kernel_name as kernel;
 
 /// Whether the CUDA kernels take tensors of `dtype`.
 pub(crate) fn supports(dtype: DType) -> bool {
