@@ -16,13 +16,14 @@
 #   metrics.jsonl        a short bf16 GRPO run of the embedded example
 #   all.log              everything printed
 #   atomrl-decode-parts.jsonl  bf16 decode at batches 1 and 64, at the shape and with 2 layers
-# STEPS lists the steps to run (default all): device-check bench eager-decode decode-parts
+#   nsys-decode-kernels.txt    per-kernel GPU time of bf16 decoding at batch 64 (where nsys exists)
+# STEPS lists the steps to run (default all): device-check bench eager-decode decode-parts nsys
 # profile parts unfused event-tracking torch grpo.
 # Each step has its own timeout (T1..T8 seconds, 620 s at most in all, ~250 s as measured: one call of the device tool, whose
 # limit is 600 s), so one that hangs does not cost the rest.
 set -u
 : "${OUT:?set OUT to the results folder}"
-STEPS=${STEPS:-device-check bench eager-decode decode-parts profile parts unfused event-tracking torch grpo}
+STEPS=${STEPS:-device-check bench eager-decode decode-parts nsys profile parts unfused event-tracking torch grpo}
 want() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 mkdir -p "$OUT"
 ROOT=$PWD
@@ -76,6 +77,20 @@ for part in "" "--layers 2"; do
   [ -f /tmp/atomrl-part.json ] && { tr -d '\n' < /tmp/atomrl-part.json; echo; } >> "$OUT/atomrl-decode-parts.jsonl"
   rm -f /tmp/atomrl-part.json
 done
+}
+want nsys && {
+log nsys-decode
+# Per-kernel GPU time of graph-replayed decode steps (bf16, batch 64, 32 new tokens), where the
+# machine has Nsight Systems: nsys-decode-kernels.txt.
+NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+if [ -n "$NSYS" ]; then
+  timeout "${T11:-90}" "$NSYS" profile --cuda-graph-trace=node -f true -o /tmp/atomrl-nsys \
+    $X bench $SHAPE --dtypes bf16 --skip-train --batches 64 --new-tokens 32 >> "$L" 2>&1; echo "rc=$?" >> "$L"
+  timeout 60 "$NSYS" stats --report cuda_gpu_kern_sum --format csv /tmp/atomrl-nsys.nsys-rep \
+    > "$OUT/nsys-decode-kernels.txt" 2>> "$L"; echo "rc=$?" >> "$L"
+else
+  echo "no nsys on this machine" >> "$L"
+fi
 }
 want profile && {
 log atomrl-profile
