@@ -42,6 +42,11 @@ use crate::CausalLm;
 /// [`StaticDecode::select_rows`]. [`StaticDecode::with_capacity`] makes room for more
 /// positions. Each returns a new decoder whose first step captures a new graph.
 ///
+/// A capture records everything queued on the device's stream meanwhile: while one thread
+/// decodes this way, no other thread may run work on the same GPU (AtomRL's trainer runs one
+/// worker per GPU; `ATOMRL_CUDA_GRAPHS=0` turns graphs off for programs that share a GPU
+/// between threads).
+///
 /// # Shapes
 /// Built from a [`KvCache`] of `[B, KV, W, d]` per layer (a prefill's) and each row's
 /// count of leading padding columns `starts [B]`. [`StaticDecode::step`]: `B` token ids and
