@@ -365,9 +365,11 @@ impl StaticDecode {
         match std::mem::replace(&mut self.graph, GraphState::Off) {
             GraphState::Off => self.device_step().ctx(func),
             GraphState::Pending => {
-                // The warm-up: candle uploads the shapes and strides of strided ops from the
-                // host; with its cache on they are kept on the device, where the capture's
-                // copy of the same op finds them (a capture cannot read host memory later).
+                // The warm-up: candle uploads some ops' shapes and strides from the host (the
+                // embedding's index_select: the ids' dims and strides, every call); with its
+                // cache on they are kept on the device, keyed by value, where the capture's copy
+                // of the same op finds them (a capture cannot read host memory later). The
+                // entries are per batch size, so the cache stays small.
                 let logits = with_htod_cache(&self.device, || self.device_step()).ctx(func)?;
                 self.graph = GraphState::Warm;
                 Ok(logits)
@@ -676,9 +678,9 @@ fn host_mask(starts: &[usize], slot: usize, cap: usize) -> KeyMask {
 }
 
 /// Runs `f` with candle's cache of host-to-device parameter uploads on (a CUDA device): the
-/// shapes and strides strided ops upload are kept on the device, keyed by value, so that a
-/// capture of the same ops reads them there instead of from host memory freed long before a
-/// replay.
+/// shapes and strides some ops upload (index_select, strided element-wise ops) are kept on the
+/// device, keyed by value, so that a capture of the same ops reads them there instead of from
+/// host memory freed long before a replay.
 fn with_htod_cache<R>(device: &Device, f: impl FnOnce() -> R) -> R {
     #[cfg(feature = "cuda")]
     if let Device::Cuda(d) = device {
