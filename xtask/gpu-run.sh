@@ -16,14 +16,15 @@
 #   metrics.jsonl        a short bf16 GRPO run of the embedded example
 #   all.log              everything printed
 #   atomrl-decode-parts.jsonl  bf16 decode at batches 1 and 64, at the shape and with 2 layers
+#   atomrl-decode-ops.json     each op of a decoder layer alone, timed as a CUDA graph of 50 calls
 #   nsys-decode-kernels.txt    per-kernel GPU time of bf16 decoding at batch 64 (where nsys exists)
-# STEPS lists the steps to run (default all): device-check bench eager-decode decode-parts nsys
-# profile parts unfused event-tracking torch grpo.
+# STEPS lists the steps to run (default all): device-check bench eager-decode decode-parts
+# decode-ops nsys profile parts unfused event-tracking torch grpo.
 # Each step has its own timeout (T1..T8 seconds, 620 s at most in all, ~250 s as measured: one call of the device tool, whose
 # limit is 600 s), so one that hangs does not cost the rest.
 set -u
 : "${OUT:?set OUT to the results folder}"
-STEPS=${STEPS:-device-check bench eager-decode decode-parts nsys profile parts unfused event-tracking torch grpo}
+STEPS=${STEPS:-device-check bench eager-decode decode-parts decode-ops nsys profile parts unfused event-tracking torch grpo}
 want() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 mkdir -p "$OUT"
 ROOT=$PWD
@@ -77,6 +78,13 @@ for part in "" "--layers 2"; do
   [ -f /tmp/atomrl-part.json ] && { tr -d '\n' < /tmp/atomrl-part.json; echo; } >> "$OUT/atomrl-decode-parts.jsonl"
   rm -f /tmp/atomrl-part.json
 done
+}
+want decode-ops && {
+log atomrl-decode-ops
+# Each op of a decoder layer alone at the decode shapes, as a CUDA graph of 50 calls: its GPU
+# time in a graph (atomrl_model::static_decode_op_times), against decode-parts' cost per layer.
+timeout "${T12:-60}" $X bench $SHAPE --dtypes bf16 --skip-train --batches 1,64 --decode-ops \
+  --json "$OUT/atomrl-decode-ops.json" >> "$L" 2>&1; echo "rc=$?" >> "$L"
 }
 want nsys && {
 log nsys-decode

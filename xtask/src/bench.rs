@@ -98,6 +98,10 @@ pub struct BenchArgs {
     /// decoder layer, LM head, gradient clipping, optimizer...): see the module docs.
     #[arg(long)]
     pub profile: bool,
+    /// Also time each op of a decoder layer alone at each decode batch (a CUDA graph of 50
+    /// calls per op on a GPU: its GPU time; `atomrl_model::static_decode_op_times`).
+    #[arg(long)]
+    pub decode_ops: bool,
     /// Decoder layers instead of the shape's (with `--vocab`, to split a step's time between
     /// the layers and the LM head: run the shape, then fewer layers, then a small vocabulary).
     #[arg(long)]
@@ -525,6 +529,26 @@ pub fn run(a: &BenchArgs) -> Result<()> {
                 decode_rows.push(r);
             }
         }
+        let mut op_rows = Vec::new();
+        if a.decode_ops {
+            for &b in &a.batches {
+                let cap = a.prompt_len + a.new_tokens;
+                let times =
+                    atomrl_model::static_decode_op_times(&config, b, cap, dtype, &device, 50)
+                        .with_context(|| format!("decode ops {name} batch {b}"))?;
+                println!(
+                    "decode ops {name} batch {b} (µs per call, one layer's ops and the LM head):"
+                );
+                for (op, us) in &times {
+                    println!("  {op:<64} {us:>9.1}");
+                }
+                let ops: Vec<Value> = times
+                    .iter()
+                    .map(|(op, us)| json!({"op": op, "us": us}))
+                    .collect();
+                op_rows.push(json!({"batch": b, "cap": cap, "ops": ops}));
+            }
+        }
         let train_row = if a.skip_train {
             Value::Null
         } else {
@@ -540,7 +564,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
             );
             r
         };
-        results.push(json!({"dtype": name, "decode": decode_rows, "train": train_row}));
+        results.push(json!({"dtype": name, "decode": decode_rows, "decode_ops": op_rows, "train": train_row}));
     }
     if let Some(path) = &a.json {
         let doc = json!({

@@ -22,6 +22,9 @@
 
 #[cfg(feature = "cuda")]
 mod cuda;
+mod op_times;
+
+pub use op_times::{static_decode_op_times, OpTime};
 
 use atomrl_core::{CandleContext, Error, Result};
 use candle_core::{DType, Device, Tensor};
