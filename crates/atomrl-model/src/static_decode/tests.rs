@@ -1,6 +1,7 @@
 //! The static decode step against the cached decoding of `CausalLm::forward`.
 
 use super::*;
+use crate::kernels::testing::max_diff;
 use crate::{ForwardInput, ModelConfig};
 use candle_core::Device;
 
@@ -10,19 +11,6 @@ fn model(name: &str) -> CausalLm {
         env!("CARGO_MANIFEST_DIR")
     );
     CausalLm::from_hf_dir(dir, DType::F32, &Device::Cpu).unwrap()
-}
-
-fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
 }
 
 /// Left-padded prompts → (eager cache, pads, width).
