@@ -22,15 +22,16 @@ __device__ void decode_bias(const unsigned *starts, const unsigned *step, T *bia
     }
 }
 
-// Query, key and value of the new token: q [B, H·d], k, v [B, KV·d] (optionally + bias, rounded
-// to T as a separate add would), RoPE (rotate-half, tables [P, d] at row positions[b]) on q and
-// k; q goes to q_out [B, H, d], k and v to column `slot` of the caches [B, KV, cap, d].
-// One thread per (row, head of H + 2·KV, k < d/2).
+// Query, key and value of the new token: q [B, H·d], k, v [B, KV·d] with row strides ld_q and
+// ld_kv (apart, ld_q = H·d and ld_kv = KV·d; views into one merged projection [B, (H + 2·KV)·d],
+// both that width), optionally + bias (rounded to T as a separate add would), RoPE (rotate-half,
+// tables [P, d] at row positions[b]) on q and k; q goes to q_out [B, H, d], k and v to column
+// `slot` of the caches [B, KV, cap, d]. One thread per (row, head of H + 2·KV, k < d/2).
 template <typename T>
 __device__ void decode_qkv(const T *q, const T *k, const T *v, const T *qb, const T *kb,
                            const T *vb, int has_bias, const T *cos, const T *sin,
                            const unsigned *step, T *q_out, T *k_cache, T *v_cache, int rows,
-                           int heads, int kv_heads, int d, int cap) {
+                           int heads, int kv_heads, int d, int cap, int ld_q, int ld_kv) {
     const int half = d / 2;
     const int all = heads + 2 * kv_heads;
     const unsigned slot = step[2 * rows];
@@ -42,15 +43,15 @@ __device__ void decode_qkv(const T *q, const T *k, const T *v, const T *qb, cons
         int h;
         if (head < heads) {
             h = head;
-            src = q + (b * heads + h) * d;
+            src = q + b * ld_q + (size_t)h * d;
             bias = qb + (size_t)h * d;
         } else if (head < heads + kv_heads) {
             h = head - heads;
-            src = k + (b * kv_heads + h) * d;
+            src = k + b * ld_kv + (size_t)h * d;
             bias = kb + (size_t)h * d;
         } else {
             h = head - heads - kv_heads;
-            src = v + (b * kv_heads + h) * d;
+            src = v + b * ld_kv + (size_t)h * d;
             bias = vb + (size_t)h * d;
         }
         float a = to_f(src[kk]), c = to_f(src[kk + half]);
@@ -145,9 +146,9 @@ __device__ void pick_row(const T *logits, const float *noise, int has_noise, flo
     extern "C" __global__ void atomrl_decode_qkv_##SUFFIX(                                         \
         const T *q, const T *k, const T *v, const T *qb, const T *kb, const T *vb, int has_bias,  \
         const T *cos, const T *sin, const unsigned *step, T *q_out, T *k_cache, T *v_cache,      \
-        int rows, int heads, int kv_heads, int d, int cap) {                                      \
+        int rows, int heads, int kv_heads, int d, int cap, int ld_q, int ld_kv) {                 \
         decode_qkv<T>(q, k, v, qb, kb, vb, has_bias, cos, sin, step, q_out, k_cache, v_cache,     \
-                      rows, heads, kv_heads, d, cap);                                             \
+                      rows, heads, kv_heads, d, cap, ld_q, ld_kv);                                \
     }                                                                                              \
     extern "C" __global__ void atomrl_pick_##SUFFIX(const T *logits, const float *noise,          \
                                                     int has_noise, float inv_t, int v,            \

@@ -13,9 +13,11 @@
 #include "common.cuh"
 
 // ---- RMSNorm: y = w · round(x / sqrt(mean(x²) + eps)), rows of width h, one block per row.
+// round_xhat = 0 skips the inner rounding (y = round(w · x / rms), as candle's forward-only
+// kernel computes it): the generation view's form, which earlier releases decoded with.
 
 template <typename T>
-__device__ void rms_norm_fwd(const T *x, const T *w, T *y, int h, float eps) {
+__device__ void rms_norm_fwd(const T *x, const T *w, T *y, int h, float eps, int round_xhat) {
     const T *xr = x + (size_t)blockIdx.x * h;
     T *yr = y + (size_t)blockIdx.x * h;
     float ss = 0.0f;
@@ -25,9 +27,30 @@ __device__ void rms_norm_fwd(const T *x, const T *w, T *y, int h, float eps) {
     }
     const float inv = 1.0f / sqrtf(block_sum(ss) / (float)h + eps);
     for (int j = threadIdx.x; j < h; j += blockDim.x) {
-        float xhat = to_f(from_f<T>(to_f(xr[j]) * inv));
+        float xhat = to_f(xr[j]) * inv;
+        if (round_xhat) xhat = to_f(from_f<T>(xhat));
         yr[j] = from_f<T>(to_f(w[j]) * xhat);
     }
+}
+
+// The residual add and the RMSNorm after it, forward only (the decode step): s = round(x + r),
+// y = round(w · s / sqrt(mean(s²) + eps)); one block per row writes both. One launch for the
+// add and the generation view's norm (round_xhat = 0 above) apart, with the same roundings.
+template <typename T>
+__device__ void add_rms_norm_fwd(const T *x, const T *r, const T *w, T *s, T *y, int h,
+                                 float eps) {
+    const size_t off = (size_t)blockIdx.x * h;
+    float ss = 0.0f;
+    for (int j = threadIdx.x; j < h; j += blockDim.x) {
+        const T v = from_f<T>(to_f(x[off + j]) + to_f(r[off + j]));
+        s[off + j] = v;
+        const float f = to_f(v);
+        ss += f * f;
+    }
+    const float inv = 1.0f / sqrtf(block_sum(ss) / (float)h + eps);
+    // Each thread reads back only the elements it wrote above.
+    for (int j = threadIdx.x; j < h; j += blockDim.x)
+        y[off + j] = from_f<T>(to_f(w[j]) * (to_f(s[off + j]) * inv));
 }
 
 // inv[r] = 1 / sqrt(mean(x_r²) + eps) in f32, one block per row.
@@ -94,6 +117,18 @@ __device__ void swiglu_bwd(const T *gate, const T *up, const T *grad, T *out, si
         float s = 1.0f / den, silu = g / den;
         out[i] = from_f<T>(gr * u * (s * (1.0f + g * (1.0f - s))));
         out[n + i] = from_f<T>(gr * silu);
+    }
+}
+
+// SwiGLU of a merged gate/up projection, forward only (the decode step): gu [R, 2·I] holds
+// gate | up per row; y [R, I] = silu(gate) · up.
+template <typename T>
+__device__ void swiglu_packed_fwd(const T *gu, T *y, int inter, size_t n) {
+    GRID_STRIDE(i, n) {
+        const size_t r = i / inter, j = i % inter;
+        const T *row = gu + r * 2 * inter;
+        float g = to_f(row[j]);
+        y[i] = from_f<T>(g / (expf(-g) + 1.0f) * to_f(row[inter + j]));
     }
 }
 
@@ -179,8 +214,16 @@ __device__ void attn_softmax_bwd(const T *p, const T *g, T *dx, int s, float sca
 
 #define ENTRIES(T, SUFFIX)                                                                        \
     extern "C" __global__ void atomrl_rms_norm_fwd_##SUFFIX(const T *x, const T *w, T *y, int h,  \
-                                                            float eps) {                          \
-        rms_norm_fwd<T>(x, w, y, h, eps);                                                          \
+                                                            float eps, int round_xhat) {          \
+        rms_norm_fwd<T>(x, w, y, h, eps, round_xhat);                                              \
+    }                                                                                              \
+    extern "C" __global__ void atomrl_add_rms_norm_fwd_##SUFFIX(                                  \
+        const T *x, const T *r, const T *w, T *s, T *y, int h, float eps) {                        \
+        add_rms_norm_fwd<T>(x, r, w, s, y, h, eps);                                                \
+    }                                                                                              \
+    extern "C" __global__ void atomrl_swiglu_packed_fwd_##SUFFIX(const T *gu, T *y, int inter,     \
+                                                                 size_t n) {                      \
+        swiglu_packed_fwd<T>(gu, y, inter, n);                                                     \
     }                                                                                              \
     extern "C" __global__ void atomrl_rms_norm_inv_##SUFFIX(const T *x, float *inv, int h,        \
                                                             float eps) {                          \

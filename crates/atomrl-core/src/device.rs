@@ -255,6 +255,7 @@ impl Switch {
 
 static FUSED: Switch = Switch::new(CUDA_FUSED_ENV);
 static GRAPHS: Switch = Switch::new(CUDA_GRAPHS_ENV);
+static DECODE_MERGE: Switch = Switch::new(DECODE_MERGE_ENV);
 
 /// Overrides [`cuda_fused_kernels`] for this process (`None`: follow the environment again),
 /// so that one process can compare the fused kernels with the tensor-op forms
@@ -289,6 +290,33 @@ pub fn cuda_graphs() -> bool {
 /// ```
 pub fn set_cuda_graphs(on: Option<bool>) {
     GRAPHS.set(on);
+}
+
+/// The environment variable that turns the decode step's merges off: `ATOMRL_DECODE_MERGE=0`
+/// (q, k and v projected apart, gate and up apart, each residual add apart from the RMSNorm
+/// after it: three to five kernels more per decoder layer, for an A/B or a suspect merge).
+pub const DECODE_MERGE_ENV: &str = "ATOMRL_DECODE_MERGE";
+
+/// Whether static decode steps merge the q/k/v and the gate/up projections into one matmul
+/// each and run each residual add with the RMSNorm after it as one kernel: on unless
+/// [`DECODE_MERGE_ENV`] reads as off or [`set_decode_merge`] says otherwise.
+///
+/// ```
+/// assert!(atomrl_core::device::decode_merge() || std::env::var("ATOMRL_DECODE_MERGE").is_ok());
+/// ```
+pub fn decode_merge() -> bool {
+    DECODE_MERGE.get()
+}
+
+/// Overrides [`decode_merge`] for this process (`None`: follow the environment again).
+///
+/// ```
+/// atomrl_core::device::set_decode_merge(Some(false));
+/// assert!(!atomrl_core::device::decode_merge());
+/// atomrl_core::device::set_decode_merge(None);
+/// ```
+pub fn set_decode_merge(on: Option<bool>) {
+    DECODE_MERGE.set(on);
 }
 
 /// How a value of [`CUDA_FUSED_ENV`] reads (`None`: unset, which means on).

@@ -56,14 +56,23 @@ fn pick(fused: bool, t: &Tensor) -> bool {
 }
 
 /// The kernel names [`run`] takes.
-pub const KERNELS: [&str; 4] = ["rms-norm", "swiglu", "rope", "attention-softmax"];
+pub const KERNELS: [&str; 6] = [
+    "rms-norm",
+    "swiglu",
+    "rope",
+    "attention-softmax",
+    "add-rms-norm",
+    "swiglu-packed",
+];
 
 /// Runs kernel `name` (one of [`KERNELS`]) on `device` in `dtype`, fused when `fused` (and
 /// available for the device and dtype), else in its tensor-op form.
 ///
 /// Shapes: RMSNorm `x [3, 5, 96]`, `w [96]`; SwiGLU `[3, 5, 80]`; RoPE `x [2, 3, 6, 16]` with
 /// tables `[2, 1, 6, 16]`; attention softmax scores `[2, 3, 4, 7]` after 3 cached positions,
-/// causal, with the second row's first two keys padded.
+/// causal, with the second row's first two keys padded. The decode step's forward-only
+/// kernels give no gradients: the residual add with RMSNorm `x`, `r [15, 96]` (outputs `sum`
+/// and `out`), SwiGLU of a merged gate/up `[15, 160]`.
 ///
 /// # Errors
 /// An unknown `name`, or a tensor failure on the device.
@@ -117,6 +126,30 @@ pub fn run(name: &str, device: &Device, dtype: DType, fused: bool) -> Result<Ker
             outputs(out, &[("x", &x)])
         }
         "attention-softmax" => attention(device, dtype, fused),
+        "add-rms-norm" => {
+            let x = input(&[15, 96], 8, dtype, device)?.as_tensor().detach();
+            let r = input(&[15, 96], 9, dtype, device)?.as_tensor().detach();
+            let w = input(&[96], 10, dtype, device)?.as_tensor().detach();
+            let (sum, out) = if pick(fused, &x) {
+                kernels::add_rms_norm(&x, &r, &w, 1e-6, true)?
+            } else {
+                // Rounded once after the weight, as the kernel (the generation view's norm).
+                let sum = (&x + &r)?;
+                let f32s = |t: &Tensor| t.to_dtype(DType::F32);
+                let out = ops::rms_norm_ops(&f32s(&sum)?, &f32s(&w)?, 1e-6)?.to_dtype(dtype)?;
+                (sum, out)
+            };
+            Ok(vec![("sum".to_string(), sum), ("out".to_string(), out)])
+        }
+        "swiglu-packed" => {
+            let gu = input(&[15, 160], 11, dtype, device)?.as_tensor().detach();
+            let out = if pick(fused, &gu) {
+                kernels::swiglu_packed(&gu)?
+            } else {
+                (gu.narrow(1, 0, 80)?.silu()? * gu.narrow(1, 80, 80)?)?
+            };
+            Ok(vec![("out".to_string(), out)])
+        }
         other => candle_core::bail!(
             "kernel_check: unknown kernel `{other}`, expected one of {KERNELS:?}"
         ),

@@ -12,21 +12,42 @@ use crate::ops::{apply_rope, repeat_kv, rms_norm, softmax_last};
 /// What a static decode step ([`crate::static_decode`]) supplies to the network for each
 /// layer: the new token's attention inputs written to the cache, the cache, and the mask.
 pub(crate) trait StepCache {
-    /// The new token's rotated queries `[B, H, d]` from its projections `q [B, H·d]`,
-    /// `k`, `v [B, KV·d]` (biases not yet added when `bias` is given); writes its key and value
-    /// into layer `layer`'s cache.
-    fn qkv(
-        &self,
-        layer: usize,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        bias: Option<[&Tensor; 3]>,
-    ) -> Result<Tensor>;
+    /// The new token's rotated queries `[B, H, d]` from its projections (biases not yet added
+    /// where they come apart); writes its key and value into layer `layer`'s cache.
+    fn qkv(&self, layer: usize, proj: &Projections<'_>) -> Result<Tensor>;
     /// Layer `layer`'s keys and values `[B, KV, cap, d]`.
     fn kv(&self, layer: usize) -> (&Tensor, &Tensor);
     /// Which cache columns each row attends to.
     fn mask(&self) -> &crate::kernels::KeyMask;
+    /// Layer `layer`'s merged projection weights, where the decoder made them.
+    fn merged(&self, layer: usize) -> Option<&MergedLayer>;
+}
+
+/// The new token's query, key and value projections as a decode step hands them on.
+pub(crate) enum Projections<'a> {
+    /// `q [B, H·d]`, `k`, `v [B, KV·d]`, and their biases (not yet added) when given.
+    Apart {
+        q: &'a Tensor,
+        k: &'a Tensor,
+        v: &'a Tensor,
+        bias: Option<[&'a Tensor; 3]>,
+    },
+    /// One merged projection `[B, (H + 2·KV)·d]` (each row q | k | v) and its merged bias
+    /// `[(H + 2·KV)·d]` (not yet added) when the layer has one.
+    Merged {
+        qkv: &'a Tensor,
+        bias: Option<&'a Tensor>,
+    },
+}
+
+/// A decoder layer's projections merged for decoding, where they can be: one matmul for q, k
+/// and v (`[(H + 2·KV)·d, hidden]` and the merged bias), one for gate and up (`[2·I, hidden]`).
+/// A decode step at a small batch is bound by kernel count, not by bytes: each merge saves
+/// launches and reads the same weights (docs/cuda.md).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct MergedLayer {
+    pub qkv: Option<(Tensor, Option<Tensor>)>,
+    pub gate_up: Option<Tensor>,
 }
 
 /// Where the network's tensors come from: the base weight by HF name (already detached when
@@ -153,36 +174,18 @@ impl Attention {
     fn decode_static(&self, x: &Tensor, layer: usize, s: &dyn StepCache) -> Result<Tensor> {
         let b = x.dim(0)?;
         let (nh, nkv, hd) = (self.heads, self.kv_heads, self.head_dim);
-        let q;
-        let k;
-        let v;
-        let mut bias = None;
-        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
-            let qp = self.q.forward(x, false)?.reshape((b, nh, hd))?;
-            let kp = self.k.forward(x, false)?.reshape((b, nkv, hd))?;
-            q = rms_norm(&qp, qn, self.eps, self.fused)?;
-            k = rms_norm(&kp, kn, self.eps, self.fused)?;
-            v = self.v.forward(x, false)?;
+        let q = if let Some((w, bias)) = s.merged(layer).and_then(|m| m.qkv.as_ref()) {
+            let qkv = x.matmul(&w.t()?)?;
+            s.qkv(
+                layer,
+                &Projections::Merged {
+                    qkv: &qkv,
+                    bias: bias.as_ref(),
+                },
+            )?
         } else {
-            let (qp, qb) = self.q.split_bias(x)?;
-            let (kp, kb) = self.k.split_bias(x)?;
-            let (vp, vb) = self.v.split_bias(x)?;
-            match (qb, kb, vb) {
-                (Some(qb), Some(kb), Some(vb)) => {
-                    (q, k, v) = (qp, kp, vp);
-                    bias = Some([qb, kb, vb]);
-                }
-                (qb, kb, vb) => {
-                    let add = |t: Tensor, b: Option<Tensor>| match b {
-                        Some(b) => t.broadcast_add(&b),
-                        None => Ok(t),
-                    };
-                    (q, k, v) = (add(qp, qb)?, add(kp, kb)?, add(vp, vb)?);
-                }
-            }
-        }
-        let bias_refs = bias.as_ref().map(|[a, b, c]| [a, b, c]);
-        let q = s.qkv(layer, &q, &k, &v, bias_refs)?;
+            self.decode_qkv_apart(x, layer, s)?
+        };
         let (kc, vc) = s.kv(layer);
         let cap = kc.dim(2)?;
         let group = nh / nkv;
@@ -192,6 +195,57 @@ impl Attention {
             crate::kernels::attention_softmax(&scores.reshape((b, nh, 1, cap))?, scale, s.mask())?;
         let out = p.reshape((b, nkv, group, cap))?.matmul(vc)?;
         self.o.forward(&out.reshape((b, nh * hd))?, false)
+    }
+
+    /// The rotated queries `[B, H, d]` of a decode step from q, k and v projected apart (the
+    /// per-head q/k norms of Qwen3, LoRA adapters, mixed biases), the key and value written.
+    fn decode_qkv_apart(&self, x: &Tensor, layer: usize, s: &dyn StepCache) -> Result<Tensor> {
+        let b = x.dim(0)?;
+        let (nh, nkv, hd) = (self.heads, self.kv_heads, self.head_dim);
+        let (q, k, v, bias) = if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
+            let qp = self.q.forward(x, false)?.reshape((b, nh, hd))?;
+            let kp = self.k.forward(x, false)?.reshape((b, nkv, hd))?;
+            let q = rms_norm(&qp, qn, self.eps, self.fused)?;
+            let k = rms_norm(&kp, kn, self.eps, self.fused)?;
+            (q, k, self.v.forward(x, false)?, None)
+        } else {
+            let (qp, qb) = self.q.split_bias(x)?;
+            let (kp, kb) = self.k.split_bias(x)?;
+            let (vp, vb) = self.v.split_bias(x)?;
+            match (qb, kb, vb) {
+                // All three biases: the kernel adds them.
+                (Some(qb), Some(kb), Some(vb)) => (qp, kp, vp, Some([qb, kb, vb])),
+                (qb, kb, vb) => {
+                    let add = |t: Tensor, b: Option<Tensor>| match b {
+                        Some(b) => t.broadcast_add(&b),
+                        None => Ok(t),
+                    };
+                    (add(qp, qb)?, add(kp, kb)?, add(vp, vb)?, None)
+                }
+            }
+        };
+        let proj = Projections::Apart {
+            q: &q,
+            k: &k,
+            v: &v,
+            bias: bias.as_ref().map(|[a, b, c]| [a, b, c]),
+        };
+        s.qkv(layer, &proj)
+    }
+
+    /// q, k and v merged into one projection (weight and bias), when the layer projects them
+    /// alike: no per-head norms, no LoRA adapter, biases on all three or on none.
+    fn merged_qkv(&self) -> Result<Option<(Tensor, Option<Tensor>)>> {
+        let lin = [&self.q, &self.k, &self.v];
+        if self.q_norm.is_some() || lin.iter().any(|l| l.lora.is_some()) {
+            return Ok(None);
+        }
+        let weight = Tensor::cat(&[&self.q.weight, &self.k.weight, &self.v.weight], 0)?;
+        match (&self.q.bias, &self.k.bias, &self.v.bias) {
+            (Some(a), Some(b), Some(c)) => Ok(Some((weight, Some(Tensor::cat(&[a, b, c], 0)?)))),
+            (None, None, None) => Ok(Some((weight, None))),
+            _ => Ok(None),
+        }
     }
 }
 
@@ -243,6 +297,25 @@ impl Mlp {
             (g.silu()? * u)?
         };
         self.down.forward(&h, train)
+    }
+
+    /// The MLP of a decode step `x [B, hidden]`, with the merged gate/up weight when given.
+    fn decode(&self, x: &Tensor, gate_up: Option<&Tensor>) -> Result<Tensor> {
+        let Some(w) = gate_up else {
+            return self.forward(x, false);
+        };
+        let gu = x.matmul(&w.t()?)?;
+        let h = crate::kernels::swiglu_packed(&gu)?;
+        self.down.forward(&h, false)
+    }
+
+    /// gate and up merged into one weight `[2·I, hidden]`, when neither has a bias or adapter.
+    fn merged_gate_up(&self) -> Result<Option<Tensor>> {
+        let plain = |l: &Linear| l.bias.is_none() && l.lora.is_none();
+        if !(plain(&self.gate) && plain(&self.up)) {
+            return Ok(None);
+        }
+        Tensor::cat(&[&self.gate.weight, &self.up.weight], 0).map(Some)
     }
 }
 
@@ -298,12 +371,33 @@ impl DecoderLayer {
 }
 
 impl DecoderLayer {
-    /// One decode step of a static batch: `x [B, hidden]` → `[B, hidden]`.
-    fn decode_static(&self, x: &Tensor, layer: usize, s: &dyn StepCache) -> Result<Tensor> {
-        let h = rms_norm(x, &self.input_norm, self.eps, self.fused)?;
-        let x = (x + self.attn.decode_static(&h, layer, s)?)?;
-        let h = rms_norm(&x, &self.post_attn_norm, self.eps, self.fused)?;
-        x + self.mlp.forward(&h, false)?
+    /// One decode step of a static batch through this layer: the residual stream `x [B, hidden]`
+    /// and `h`, `x` through this layer's input norm, → the stream after the layer and that
+    /// through `next_norm` (the next layer's input norm, or the final norm). Each residual add
+    /// runs with the norm after it as one kernel on CUDA ([`crate::kernels::add_rms_norm`]).
+    fn decode_static(
+        &self,
+        (x, h): (&Tensor, &Tensor),
+        layer: usize,
+        s: &dyn StepCache,
+        next_norm: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
+        let merged = s.merged(layer);
+        let a = self.attn.decode_static(h, layer, s)?;
+        let (x, h) =
+            crate::kernels::add_rms_norm(x, &a, &self.post_attn_norm, self.eps, self.fused)?;
+        let m = self
+            .mlp
+            .decode(&h, merged.and_then(|m| m.gate_up.as_ref()))?;
+        crate::kernels::add_rms_norm(&x, &m, next_norm, self.eps, self.fused)
+    }
+
+    /// This layer's projections merged for decoding ([`MergedLayer`]).
+    fn merged(&self) -> Result<MergedLayer> {
+        Ok(MergedLayer {
+            qkv: self.attn.merged_qkv()?,
+            gate_up: self.mlp.merged_gate_up()?,
+        })
     }
 }
 
@@ -472,11 +566,24 @@ impl Network {
     /// through every layer over the caches of `s` (see [`crate::static_decode`]).
     pub fn decode_static(&self, ids: &Tensor, s: &dyn StepCache) -> Result<Tensor> {
         let mut x = self.embed.index_select(ids, 0)?;
+        let Some(first) = self.layers.first() else {
+            let h = rms_norm(&x, &self.norm, self.eps, self.fused)?;
+            return self.lm_head.forward(&h, false);
+        };
+        let mut h = rms_norm(&x, &first.input_norm, self.eps, self.fused)?;
         for (i, layer) in self.layers.iter().enumerate() {
-            x = layer.decode_static(&x, i, s)?;
+            let next_norm = self
+                .layers
+                .get(i + 1)
+                .map_or(&self.norm, |next| &next.input_norm);
+            (x, h) = layer.decode_static((&x, &h), i, s, next_norm)?;
         }
-        let h = rms_norm(&x, &self.norm, self.eps, self.fused)?;
         self.lm_head.forward(&h, false)
+    }
+
+    /// Every layer's projections merged for decoding, where they can be ([`MergedLayer`]).
+    pub fn merged_layers(&self) -> Result<Vec<MergedLayer>> {
+        self.layers.iter().map(DecoderLayer::merged).collect()
     }
 
     /// Uses candle's forward-only RMSNorm, softmax and RoPE kernels and grouped-query attention

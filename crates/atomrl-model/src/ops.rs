@@ -21,7 +21,14 @@ fn no_graph(ts: &[&Tensor]) -> bool {
 /// transformers does); candle's kernel when `fused` and nothing needs a gradient.
 pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64, fused: bool) -> Result<Tensor> {
     let dtype = x.dtype();
-    if fused && no_graph(&[x, weight]) && matches!(dtype, DType::F32 | DType::BF16 | DType::F16) {
+    let kernel_dtype = matches!(dtype, DType::F32 | DType::BF16 | DType::F16);
+    if fused && no_graph(&[x, weight]) && kernel_dtype {
+        // On CUDA AtomRL's kernel, with candle's rounding: candle's own takes 11 µs for a
+        // [64, 896] decode step where AtomRL's takes 3 (`xtask bench --decode-ops`,
+        // docs/cuda.md).
+        if x.device().is_cuda() && crate::kernels::fused_on(x) && weight.dtype() == dtype {
+            return crate::kernels::rms_norm_rounding_once(x, weight, eps);
+        }
         // The kernel sums the squares in f32 for every dtype, as below.
         return candle_nn::ops::rms_norm(&x.contiguous()?, &weight.contiguous()?, eps as f32);
     }

@@ -17,14 +17,16 @@
 #   all.log              everything printed
 #   atomrl-decode-parts.jsonl  bf16 decode at batches 1 and 64, at the shape and with 2 layers
 #   atomrl-decode-ops.json     each op of a decoder layer alone, timed as a CUDA graph of 50 calls
+#   atomrl-unmerged-decode.json  the bf16 decode bench with ATOMRL_DECODE_MERGE=0 (q/k/v, gate/up
+#                        and each residual add apart: what the decode step's merges save)
 #   nsys-decode-kernels.txt    per-kernel GPU time of bf16 decoding at batch 64 (where nsys exists)
-# STEPS lists the steps to run (default all): device-check bench eager-decode decode-parts
-# decode-ops nsys profile parts unfused event-tracking torch grpo.
+# STEPS lists the steps to run (default all): device-check bench eager-decode unmerged-decode
+# decode-parts decode-ops nsys profile parts unfused event-tracking torch grpo.
 # Each step has its own timeout (T1..T8 seconds, 620 s at most in all, ~250 s as measured: one call of the device tool, whose
 # limit is 600 s), so one that hangs does not cost the rest.
 set -u
 : "${OUT:?set OUT to the results folder}"
-STEPS=${STEPS:-device-check bench eager-decode decode-parts decode-ops nsys profile parts unfused event-tracking torch grpo}
+STEPS=${STEPS:-device-check bench eager-decode unmerged-decode decode-parts decode-ops nsys profile parts unfused event-tracking torch grpo}
 want() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 mkdir -p "$OUT"
 ROOT=$PWD
@@ -66,6 +68,10 @@ timeout "${T2:-110}" $X bench $SHAPE ${BENCH_ARGS:-} --json "$OUT/atomrl-bench.j
 want eager-decode && {
 log atomrl-eager-decode
 ATOMRL_CUDA_GRAPHS=0 timeout "${T9:-60}" $X bench $SHAPE --dtypes bf16 --skip-train --json "$OUT/atomrl-eager-decode.json" >> "$L" 2>&1; echo "rc=$?" >> "$L"
+}
+want unmerged-decode && {
+log atomrl-unmerged-decode
+ATOMRL_DECODE_MERGE=0 timeout "${T13:-40}" $X bench $SHAPE --dtypes bf16 --skip-train --batches 1,64 --json "$OUT/atomrl-unmerged-decode.json" >> "$L" 2>&1; echo "rc=$?" >> "$L"
 }
 want decode-parts && {
 log atomrl-decode-parts

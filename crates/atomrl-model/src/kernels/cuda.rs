@@ -50,13 +50,14 @@ impl<T: CudaDType + DeviceRepr> Elem for T {}
 
 // ---- RMSNorm
 
-/// `y = w · round(x · inv)` of `x [R, H]`, `w [H]`.
+/// `y = w · round(x · inv)` of `x [R, H]`, `w [H]` (`round_xhat`; else `round(w · x · inv)`).
 pub(crate) fn rms_norm_fwd(
     x: &CudaStorage,
     lx: &Layout,
     w: &CudaStorage,
     lw: &Layout,
     eps: f64,
+    round_xhat: bool,
 ) -> Result<CudaStorage> {
     fn run<T: Elem>(
         x: &CudaStorage,
@@ -64,6 +65,7 @@ pub(crate) fn rms_norm_fwd(
         w: &CudaStorage,
         lw: &Layout,
         eps: f64,
+        round_xhat: bool,
     ) -> Result<CudaStorage> {
         let (rx, rw) = (range(lx, "x")?, range(lw, "weight")?);
         let h = rw.1 - rw.0;
@@ -78,12 +80,12 @@ pub(crate) fn rms_norm_fwd(
         let ws = w.as_cuda_slice::<T>()?.slice(rw.0..rw.1);
         // SAFETY: every element is written by the kernel below before it is read.
         let out = unsafe { dev.alloc::<T>(n)? };
-        let (hi, e) = (h as i32, eps as f32);
+        let (hi, e, r) = (h as i32, eps as f32, i32::from(round_xhat));
         // Launch: reads n elements of x and h of w, writes n of out; types as in model.cu.
-        atomrl_core::launch_kernel!(func, rows_config(n / h, h), &xs, &ws, &out, &hi, &e)?;
+        atomrl_core::launch_kernel!(func, rows_config(n / h, h), &xs, &ws, &out, &hi, &e, &r)?;
         Ok(T::wrap_cuda_slice(out, dev.clone()))
     }
-    by_dtype!(x.dtype(), run(x, lx, w, lw, eps))
+    by_dtype!(x.dtype(), run(x, lx, w, lw, eps, round_xhat))
 }
 
 /// `(dx, dw)` of RMSNorm for CUDA tensors `x [.., H]`, `w [H]`, `g` like `x`; `dw` only when
@@ -227,6 +229,93 @@ pub(crate) fn swiglu_bwd(gate: &Tensor, up: &Tensor, grad: &Tensor) -> Result<(T
         Ok((dg, du))
     }
     by_dtype!(gate.dtype(), run(gate, up, grad))
+}
+
+// ---- The decode step's forward-only kernels
+
+/// `(s, y)`: `s = x + r` and `y` its RMSNorm with `w [H]`, for CUDA tensors `x`, `r [R, H]`.
+pub(crate) fn add_rms_norm(
+    x: &Tensor,
+    r: &Tensor,
+    w: &Tensor,
+    eps: f64,
+) -> Result<(Tensor, Tensor)> {
+    fn run<T: Elem>(x: &Tensor, r: &Tensor, w: &Tensor, eps: f64) -> Result<(Tensor, Tensor)> {
+        let h = w.elem_count();
+        let n = x.elem_count();
+        if h == 0 || n % h != 0 || r.elem_count() != n {
+            candle_core::bail!(
+                "atomrl-add-rms-norm: x {:?}, r {:?} are not rows of {h}",
+                x.dims(),
+                r.dims()
+            );
+        }
+        with_cuda(x, |xs, lx| {
+            with_cuda(r, |rs, lr| {
+                with_cuda(w, |ws, lw| {
+                    let dev = xs.device();
+                    let (a, b, c) = (range(lx, "x")?, range(lr, "r")?, range(lw, "w")?);
+                    let xv = xs.as_cuda_slice::<T>()?.slice(a.0..a.1);
+                    let rv = rs.as_cuda_slice::<T>()?.slice(b.0..b.1);
+                    let wv = ws.as_cuda_slice::<T>()?.slice(c.0..c.1);
+                    let f = dev.get_or_load_custom_func(
+                        &kernel("add_rms_norm_fwd", xs.dtype())?,
+                        MODULE,
+                        ptx(),
+                    )?;
+                    // SAFETY: the kernel writes every element of both.
+                    let (sum, y) = unsafe { (dev.alloc::<T>(n)?, dev.alloc::<T>(n)?) };
+                    let (hi, e) = (h as i32, eps as f32);
+                    // Launch: reads n of x and r, h of w; writes n of sum and of y.
+                    atomrl_core::launch_kernel!(
+                        f,
+                        rows_config(n / h, h),
+                        &xv,
+                        &rv,
+                        &wv,
+                        &sum,
+                        &y,
+                        &hi,
+                        &e
+                    )?;
+                    Ok((
+                        tensor(sum, dev, x.shape().clone()),
+                        tensor(y, dev, x.shape().clone()),
+                    ))
+                })
+            })
+        })
+    }
+    by_dtype!(x.dtype(), run(x, r, w, eps))
+}
+
+/// `silu(gate) · up` of a CUDA tensor `gu [R, 2·I]` holding gate | up per row → `[R, I]`.
+pub(crate) fn swiglu_packed(gu: &Tensor) -> Result<Tensor> {
+    fn run<T: Elem>(gu: &Tensor) -> Result<Tensor> {
+        let (rows, two_i) = gu.dims2()?;
+        if two_i % 2 != 0 {
+            candle_core::bail!("atomrl-swiglu-packed: odd width {two_i}");
+        }
+        let inter = two_i / 2;
+        let n = rows * inter;
+        with_cuda(gu, |gs, lg| {
+            let dev = gs.device();
+            let a = range(lg, "gate/up")?;
+            let gv = gs.as_cuda_slice::<T>()?.slice(a.0..a.1);
+            let f = dev.get_or_load_custom_func(
+                &kernel("swiglu_packed_fwd", gs.dtype())?,
+                MODULE,
+                ptx(),
+            )?;
+            // SAFETY: written in full by the kernel.
+            let out = unsafe { dev.alloc::<T>(n)? };
+            let ii = inter as i32;
+            // Launch: reads 2n of gu, writes n of out.
+            atomrl_core::launch_kernel!(f, elementwise_config(n), &gv, &out, &ii, &n)?;
+            Ok(tensor(out, dev, (rows, inter)))
+        })
+    }
+    by_dtype!(gu.dtype(), run(gu))
 }
 
 // ---- RoPE

@@ -22,12 +22,14 @@
 mod attention_softmax;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod decode;
 mod rms_norm;
 mod rope;
 mod swiglu;
 
 pub(crate) use attention_softmax::{attention_softmax, KeyMask};
-pub(crate) use rms_norm::rms_norm;
+pub(crate) use decode::{add_rms_norm, swiglu_packed};
+pub(crate) use rms_norm::{rms_norm, rms_norm_rounding_once};
 pub(crate) use rope::{rope, rope_fits};
 pub(crate) use swiglu::swiglu;
 

@@ -7,6 +7,11 @@ use super::{for_rows, slice, with_elements, Real};
 
 struct RmsNorm {
     eps: f64,
+    /// CUDA half precision: round the normalised value before the weight multiplies it (the
+    /// tensor-op form's and transformers' roundings; the training forward), or round once
+    /// (candle's forward-only kernel; the generation view).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    round_xhat: bool,
 }
 
 /// `1 / sqrt(mean(row²) + eps)`.
@@ -90,7 +95,7 @@ impl CustomOp2 for RmsNorm {
         s2: &candle_core::CudaStorage,
         l2: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        let out = super::cuda::rms_norm_fwd(s1, l1, s2, l2, self.eps)?;
+        let out = super::cuda::rms_norm_fwd(s1, l1, s2, l2, self.eps, self.round_xhat)?;
         Ok((out, l1.shape().clone()))
     }
 
@@ -137,8 +142,22 @@ impl CustomOp2 for RmsNorm {
 /// RMSNorm of `x [.., H]` with `weight [H]` (one dtype: f32/f64 on the CPU, f32/bf16/f16 on
 /// CUDA) → `[.., H]`.
 pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
-    x.contiguous()?
-        .apply_op2(&weight.contiguous()?, RmsNorm { eps })
+    let op = RmsNorm {
+        eps,
+        round_xhat: true,
+    };
+    x.contiguous()?.apply_op2(&weight.contiguous()?, op)
+}
+
+/// [`rms_norm`] rounding once in half precision on CUDA (`round(w · x / rms)`, as candle's
+/// forward-only kernel, which the generation view used before): for inference, where it is
+/// the more accurate form and keeps earlier releases' decoding numbers.
+pub(crate) fn rms_norm_rounding_once(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+    let op = RmsNorm {
+        eps,
+        round_xhat: false,
+    };
+    x.contiguous()?.apply_op2(&weight.contiguous()?, op)
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@ use candle_core::cuda_backend::cudarc::driver::{sys, CudaGraph, CudaView, Device
 use candle_core::cuda_backend::CudaDType;
 use candle_core::{DType, Device, Result, Storage, Tensor, WithDType};
 
+use super::Projections;
+
 /// The module name the device caches the PTX under.
 const MODULE: &str = "atomrl_decode";
 
@@ -93,25 +95,28 @@ pub(super) fn decode_bias(
     }
 }
 
-/// The new token's projections through `decode_qkv`: `q [B, H·d]`, `k`, `v [B, KV·d]`, with
-/// their biases when `bias` is given, RoPE from the tables `[P, d]` at each row's position;
-/// writes the key and value into column `slot` of `k_cache`, `v_cache [B, KV, cap, d]` and
-/// returns the rotated queries `[B, H, d]`.
-#[allow(clippy::too_many_arguments)]
+/// The new token's projections through `decode_qkv` (see [`Projections`]): biases added when
+/// given, RoPE from the tables `[P, d]` at each row's position; writes the key and value into
+/// column `slot` of `k_cache`, `v_cache [B, KV, cap, d]` and returns the rotated queries
+/// `[B, H, d]`.
 pub(super) fn decode_qkv(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    bias: Option<[&Tensor; 3]>,
+    proj: &Projections<'_>,
     rope: (&Tensor, &Tensor),
     step: &Tensor,
     cache: (&Tensor, &Tensor),
     heads: (usize, usize, usize),
 ) -> Result<Tensor> {
-    #[allow(clippy::too_many_arguments)]
-    fn run<T: CudaDType + DeviceRepr + WithDType>(
-        ts: &[&Tensor],
+    /// Where the kernel reads: `ts` = [q, k, v, q bias, k bias, v bias, cos, sin, k cache,
+    /// v cache], each at `offsets[i]` elements into its tensor; q rows `ld_q` apart, k and v
+    /// rows `ld_kv` apart.
+    struct Reads<'a> {
+        ts: [&'a Tensor; 10],
+        offsets: [usize; 6],
+        ld: (usize, usize),
         has_bias: bool,
+    }
+    fn run<T: CudaDType + DeviceRepr + WithDType>(
+        r: &Reads<'_>,
         step: &Tensor,
         rows: usize,
         (h, kv, d): (usize, usize, usize),
@@ -128,27 +133,31 @@ pub(super) fn decode_qkv(
         let names = [
             "q", "k", "v", "q bias", "k bias", "v bias", "cos", "sin", "k cache", "v cache",
         ];
-        with_views::<T, _>(ts, &names, |t| {
+        with_views::<T, _>(&r.ts, &names, |t| {
+            let at = |i: usize| t[i].slice(r.offsets[i]..);
+            let (q, k, v, qb, kb, vb) = (at(0), at(1), at(2), at(3), at(4), at(5));
             with_views::<u32, _>(&[step], &["step"], |s| {
-                let (hb, r, hh, kk, dd, c) = (
-                    i32::from(has_bias),
+                let (hb, rr, hh, kk, dd, c) = (
+                    i32::from(r.has_bias),
                     rows as i32,
                     h as i32,
                     kv as i32,
                     d as i32,
                     cap as i32,
                 );
-                // Launch: reads q, k, v (and their biases when has_bias), one table row per
-                // row and the step block; writes q_out and column `slot` of both caches.
+                let (ldq, ldkv) = (r.ld.0 as i32, r.ld.1 as i32);
+                // Launch: reads q, k, v (and their biases when has_bias) at their row strides,
+                // one table row per row and the step block; writes q_out and column `slot` of
+                // both caches.
                 atomrl_core::launch_kernel!(
                     func,
                     elementwise_launch(rows * (h + 2 * kv) * d / 2),
-                    &t[0],
-                    &t[1],
-                    &t[2],
-                    &t[3],
-                    &t[4],
-                    &t[5],
+                    &q,
+                    &k,
+                    &v,
+                    &qb,
+                    &kb,
+                    &vb,
                     &hb,
                     &t[6],
                     &t[7],
@@ -156,11 +165,13 @@ pub(super) fn decode_qkv(
                     &q_out,
                     &t[8],
                     &t[9],
-                    &r,
+                    &rr,
                     &hh,
                     &kk,
                     &dd,
-                    &c
+                    &c,
+                    &ldq,
+                    &ldkv
                 )
             })
         })?;
@@ -170,25 +181,61 @@ pub(super) fn decode_qkv(
             (rows, h, d),
         ))
     }
-    let rows = q.dim(0)?;
+    let (h, kv, d) = heads;
     let cap = cache.0.dim(2)?;
-    let (q, k, v, step) = (
-        q.contiguous()?,
-        k.contiguous()?,
-        v.contiguous()?,
-        step.contiguous()?,
-    );
-    // Without biases the kernel reads none; q stands in for the pointers.
-    let [qb, kb, vb] = match bias {
-        Some([a, b, c]) => [a.contiguous()?, b.contiguous()?, c.contiguous()?],
-        None => [q.clone(), q.clone(), q.clone()],
+    let step = step.contiguous()?;
+    let (rows, parts, ld, bias_parts, has_bias, offsets) = match *proj {
+        Projections::Apart { q, k, v, bias } => {
+            let parts = [q.contiguous()?, k.contiguous()?, v.contiguous()?];
+            // Without biases the kernel reads none; q stands in for the pointers.
+            let biases = match bias {
+                Some([a, b, c]) => [a.contiguous()?, b.contiguous()?, c.contiguous()?],
+                None => [parts[0].clone(), parts[0].clone(), parts[0].clone()],
+            };
+            let ld = (h * d, kv * d);
+            (q.dim(0)?, parts, ld, biases, bias.is_some(), [0; 6])
+        }
+        Projections::Merged { qkv, bias } => {
+            let qkv = qkv.contiguous()?;
+            let b = match bias {
+                Some(b) => b.contiguous()?,
+                None => qkv.clone(),
+            };
+            let w = (h + 2 * kv) * d;
+            // k and v start H·d and (H + KV)·d elements into each row, and into the bias.
+            let (ok, ov) = (h * d, (h + kv) * d);
+            let bo = if bias.is_some() { (ok, ov) } else { (0, 0) };
+            (
+                qkv.dim(0)?,
+                [qkv.clone(), qkv.clone(), qkv],
+                (w, w),
+                [b.clone(), b.clone(), b],
+                bias.is_some(),
+                [0, ok, ov, 0, bo.0, bo.1],
+            )
+        }
     };
-    let ts = [&q, &k, &v, &qb, &kb, &vb, rope.0, rope.1, cache.0, cache.1];
-    let has_bias = bias.is_some();
-    match q.dtype() {
-        DType::F32 => run::<f32>(&ts, has_bias, &step, rows, heads, cap),
-        DType::BF16 => run::<half::bf16>(&ts, has_bias, &step, rows, heads, cap),
-        DType::F16 => run::<half::f16>(&ts, has_bias, &step, rows, heads, cap),
+    let reads = Reads {
+        ts: [
+            &parts[0],
+            &parts[1],
+            &parts[2],
+            &bias_parts[0],
+            &bias_parts[1],
+            &bias_parts[2],
+            rope.0,
+            rope.1,
+            cache.0,
+            cache.1,
+        ],
+        offsets,
+        ld,
+        has_bias,
+    };
+    match parts[0].dtype() {
+        DType::F32 => run::<f32>(&reads, &step, rows, heads, cap),
+        DType::BF16 => run::<half::bf16>(&reads, &step, rows, heads, cap),
+        DType::F16 => run::<half::f16>(&reads, &step, rows, heads, cap),
         dt => candle_core::bail!("atomrl decode kernel: unsupported dtype {dt:?}"),
     }
 }

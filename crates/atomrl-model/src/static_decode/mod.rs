@@ -32,7 +32,7 @@ use candle_core::{DType, Device, Tensor};
 use crate::cache::KvCache;
 use crate::input::MASK_VALUE;
 use crate::kernels::KeyMask;
-use crate::network::{Network, StepCache};
+use crate::network::{MergedLayer, Network, Projections, StepCache};
 use crate::ops::{apply_rope_ops, rope_tables};
 use crate::CausalLm;
 
@@ -96,6 +96,9 @@ pub struct StaticDecode {
     step_in: Tensor,
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     starts_dev: Tensor,
+    /// Each layer's merged projections (shared by the decoders `select_rows` and
+    /// `with_capacity` make).
+    merged: std::sync::Arc<Vec<MergedLayer>>,
     graph: GraphState,
 }
 
@@ -182,7 +185,14 @@ impl StaticDecode {
             ks.push(alloc(k).ctx(func)?);
             vs.push(alloc(v).ctx(func)?);
         }
-        Self::assemble(model, ks, vs, starts.to_vec(), width, kernels).ctx(func)
+        let net = model.static_network().ctx(func)?;
+        let merged = if atomrl_core::device::decode_merge() {
+            net.merged_layers().ctx(func)?
+        } else {
+            vec![MergedLayer::default(); c.num_hidden_layers]
+        };
+        let shared = (net, std::sync::Arc::new(merged));
+        Self::assemble(model, shared, ks, vs, starts.to_vec(), width, kernels).ctx(func)
     }
 
     /// Whether decoding in `dtype` on `device` has a static form: `Some(true)` for the CUDA
@@ -211,6 +221,7 @@ impl StaticDecode {
 
     fn assemble(
         model: &CausalLm,
+        (net, merged): (Network, std::sync::Arc<Vec<MergedLayer>>),
         k: Vec<Tensor>,
         v: Vec<Tensor>,
         starts: Vec<usize>,
@@ -231,7 +242,8 @@ impl StaticDecode {
             GraphState::Off
         };
         Ok(Self {
-            net: model.static_network()?,
+            net,
+            merged,
             dtype,
             heads: (c.num_attention_heads, c.num_key_value_heads, c.head_dim),
             vocab: c.vocab_size,
@@ -247,6 +259,11 @@ impl StaticDecode {
             graph,
             device,
         })
+    }
+
+    /// The network and merged projections a derived decoder shares with this one.
+    fn shared(&self) -> (Network, std::sync::Arc<Vec<MergedLayer>>) {
+        (self.net.clone(), self.merged.clone())
     }
 
     /// Number of rows `B`.
@@ -525,7 +542,7 @@ impl StaticDecode {
         };
         let (k, v) = (pick(&self.k).ctx(func)?, pick(&self.v).ctx(func)?);
         let starts = rows.iter().map(|&r| self.starts[r]).collect();
-        Self::assemble(model, k, v, starts, self.width, self.kernels).ctx(func)
+        Self::assemble(model, self.shared(), k, v, starts, self.width, self.kernels).ctx(func)
     }
 
     /// The same decoder with room for `capacity` positions per row.
@@ -565,7 +582,16 @@ impl StaticDecode {
                 .collect()
         };
         let (k, v) = (grow(&self.k).ctx(func)?, grow(&self.v).ctx(func)?);
-        Self::assemble(model, k, v, self.starts.clone(), self.width, self.kernels).ctx(func)
+        Self::assemble(
+            model,
+            self.shared(),
+            k,
+            v,
+            self.starts.clone(),
+            self.width,
+            self.kernels,
+        )
+        .ctx(func)
     }
 }
 
@@ -583,18 +609,11 @@ struct StepContext<'a> {
 }
 
 impl StepCache for StepContext<'_> {
-    fn qkv(
-        &self,
-        layer: usize,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        bias: Option<[&Tensor; 3]>,
-    ) -> candle_core::Result<Tensor> {
+    fn qkv(&self, layer: usize, proj: &Projections<'_>) -> candle_core::Result<Tensor> {
         let d = self.dec;
         match &self.host {
-            Some(host) => qkv_ops(d, layer, (q, k, v), bias, host),
-            None => qkv_device(d, layer, (q, k, v), bias),
+            Some(host) => qkv_ops(d, layer, proj, host),
+            None => qkv_device(d, layer, proj),
         }
     }
 
@@ -605,20 +624,20 @@ impl StepCache for StepContext<'_> {
     fn mask(&self) -> &KeyMask {
         &self.mask
     }
+
+    fn merged(&self, layer: usize) -> Option<&MergedLayer> {
+        self.dec.merged.get(layer)
+    }
 }
 
 #[cfg(feature = "cuda")]
 fn qkv_device(
     d: &StaticDecode,
     layer: usize,
-    (q, k, v): (&Tensor, &Tensor, &Tensor),
-    bias: Option<[&Tensor; 3]>,
+    proj: &Projections<'_>,
 ) -> candle_core::Result<Tensor> {
     cuda::decode_qkv(
-        q,
-        k,
-        v,
-        bias,
+        proj,
         (&d.cos, &d.sin),
         &d.step_in,
         (&d.k[layer], &d.v[layer]),
@@ -627,12 +646,7 @@ fn qkv_device(
 }
 
 #[cfg(not(feature = "cuda"))]
-fn qkv_device(
-    _: &StaticDecode,
-    _: usize,
-    _: (&Tensor, &Tensor, &Tensor),
-    _: Option<[&Tensor; 3]>,
-) -> candle_core::Result<Tensor> {
+fn qkv_device(_: &StaticDecode, _: usize, _: &Projections<'_>) -> candle_core::Result<Tensor> {
     candle_core::bail!("the CUDA form of StaticDecode needs the `cuda` feature")
 }
 
@@ -641,20 +655,32 @@ fn qkv_device(
 fn qkv_ops(
     d: &StaticDecode,
     layer: usize,
-    (q, k, v): (&Tensor, &Tensor, &Tensor),
-    bias: Option<[&Tensor; 3]>,
+    proj: &Projections<'_>,
     host: &HostStep<'_>,
 ) -> candle_core::Result<Tensor> {
     let (h, kv, hd) = d.heads;
-    let b = q.dim(0)?;
-    let (q, k, v) = match bias {
-        Some([qb, kb, vb]) => (
-            q.broadcast_add(qb)?,
-            k.broadcast_add(kb)?,
-            v.broadcast_add(vb)?,
-        ),
-        None => (q.clone(), k.clone(), v.clone()),
+    let (q, k, v) = match *proj {
+        Projections::Apart { q, k, v, bias } => match bias {
+            Some([qb, kb, vb]) => (
+                q.broadcast_add(qb)?,
+                k.broadcast_add(kb)?,
+                v.broadcast_add(vb)?,
+            ),
+            None => (q.clone(), k.clone(), v.clone()),
+        },
+        Projections::Merged { qkv, bias } => {
+            let qkv = match bias {
+                Some(b) => qkv.broadcast_add(b)?,
+                None => qkv.clone(),
+            };
+            (
+                qkv.narrow(1, 0, h * hd)?,
+                qkv.narrow(1, h * hd, kv * hd)?,
+                qkv.narrow(1, (h + kv) * hd, kv * hd)?,
+            )
+        }
     };
+    let b = q.dim(0)?;
     let pos = Tensor::new(host.positions, q.device())?;
     let cos = d.cos.index_select(&pos, 0)?.reshape((b, 1, 1, hd))?;
     let sin = d.sin.index_select(&pos, 0)?.reshape((b, 1, 1, hd))?;

@@ -55,11 +55,16 @@ pub fn static_decode_op_times(
     let wk = rand(&[kv * d, hid])?;
     let wo = rand(&[hid, h * d])?;
     let wg = rand(&[inter, hid])?;
+    let wqkv = rand(&[(h + 2 * kv) * d, hid])?;
+    let wgu = rand(&[2 * inter, hid])?;
+    let wg_in_out = rand(&[hid, inter])?;
+    let one = rand(&[1, 1])?;
     let wd = rand(&[hid, inter])?;
     let head = rand(&[c.vocab_size, hid])?;
     let attn_out = rand(&[rows, h * d])?;
     let g = rand(&[rows, inter])?;
     let u = rand(&[rows, inter])?;
+    let gu = rand(&[rows, 2 * inter])?;
     let q = rand(&[rows, kv, h / kv, d])?;
     let kc = rand(&[rows, kv, cap, d])?;
     let vc = rand(&[rows, kv, cap, d])?;
@@ -85,6 +90,18 @@ pub fn static_decode_op_times(
             Box::new(|| crate::ops::rms_norm(&x, &norm_w, eps, true)),
         ),
         (
+            format!("rms_norm, candle's kernel [{rows}, {hid}]"),
+            Box::new(|| candle_nn::ops::rms_norm(&x, &norm_w, eps as f32)),
+        ),
+        (
+            format!("residual add + rms_norm [{rows}, {hid}]"),
+            Box::new(|| Ok(crate::kernels::add_rms_norm(&x, &x, &norm_w, eps, true)?.1)),
+        ),
+        (
+            format!("swiglu of merged gate+up [{rows}, {}]", 2 * inter),
+            Box::new(|| crate::kernels::swiglu_packed(&gu)),
+        ),
+        (
             format!("matmul q/o [{rows}, {hid}] x [{hid}, {}]", h * d),
             Box::new(|| x.matmul(&wq.t()?)),
         ),
@@ -99,6 +116,29 @@ pub fn static_decode_op_times(
         (
             format!("matmul gate/up [{rows}, {hid}] x [{hid}, {inter}]"),
             Box::new(|| x.matmul(&wg.t()?)),
+        ),
+        (
+            format!(
+                "matmul q+k+v merged [{rows}, {hid}] x [{hid}, {}]",
+                (h + 2 * kv) * d
+            ),
+            Box::new(|| x.matmul(&wqkv.t()?)),
+        ),
+        (
+            format!(
+                "matmul gate+up merged [{rows}, {hid}] x [{hid}, {}]",
+                2 * inter
+            ),
+            Box::new(|| x.matmul(&wgu.t()?)),
+        ),
+        (
+            format!("matmul gate/up, weight stored [in, out] [{rows}, {hid}] x [{hid}, {inter}]"),
+            Box::new(|| x.matmul(&wg_in_out)),
+        ),
+        (
+            // The floor of one node in a graph: what any kernel costs, however small.
+            "add [1, 1] (a graph node's floor)".to_string(),
+            Box::new(|| &one + &one),
         ),
         (
             format!("matmul down [{rows}, {inter}] x [{inter}, {hid}]"),
