@@ -933,10 +933,10 @@ mod tests {
         };
         let rows = run(&args).unwrap();
         std::fs::remove_dir_all(&scratch).ok();
-        // models × precisions × rows, (4 decoder kernels + the log-softmax + the device
-        // draw) × precisions × references, the optimizer's two.
+        // models × precisions × rows, (4 decoder kernels + the decode step's 2 + the
+        // log-softmax + the device draw) × precisions × references, the optimizer's two.
         // The static decode rows: f32 only (the CPU has no bf16 static step).
-        assert_eq!(rows.len(), 2 * 2 * 9 + 2 * 2 + 6 * 2 * 2 + 2);
+        assert_eq!(rows.len(), 2 * 2 * 9 + 2 * 2 + 8 * 2 * 2 + 2);
         // The optimizer's rows: the same code on the same device.
         assert!(rows
             .iter()
