@@ -44,7 +44,7 @@ pub(crate) enum Projections<'a> {
 /// and v (`[(H + 2·KV)·d, hidden]` and the merged bias), one for gate and up (`[2·I, hidden]`).
 /// A decode step at a small batch is bound by kernel count, not by bytes: each merge saves
 /// launches and reads the same weights (docs/cuda.md).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct MergedLayer {
     pub qkv: Option<(Tensor, Option<Tensor>)>,
     pub gate_up: Option<Tensor>,

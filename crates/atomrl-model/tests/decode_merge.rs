@@ -3,6 +3,8 @@
 //! (`ATOMRL_DECODE_MERGE=0`). Its own test binary: the switch is process-wide.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use atomrl_core::device::set_decode_merge;
 use atomrl_model::{CausalLm, ForwardInput, StaticDecode};
 use candle_core::{DType, Device, Tensor};
@@ -30,35 +32,19 @@ fn static_logits(view: &CausalLm) -> Tensor {
 
 #[test]
 fn merged_and_apart_steps_agree_on_every_reference_model() {
-    let root = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/fixtures/reference/models"
-    );
     // tiny-qwen2: q/k/v with biases merge; tiny-qwen3: per-head q/k norms keep q/k/v apart,
     // gate/up merge.
     for name in ["tiny-qwen2", "tiny-qwen3"] {
-        let m = CausalLm::from_hf_dir(format!("{root}/{name}"), DType::F32, &Device::Cpu).unwrap();
+        let dir = common::reference_model(name);
+        let m = CausalLm::from_hf_dir(dir, DType::F32, &Device::Cpu).unwrap();
         let view = m.generation_view();
         set_decode_merge(Some(true));
         let merged = static_logits(&view);
         set_decode_merge(Some(false));
         let apart = static_logits(&view);
         set_decode_merge(None);
-        let diff = (&merged - &apart)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
-        let scale = apart
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
+        let diff = common::max_diff(&merged, &apart);
+        let scale = common::max_diff(&apart, &apart.zeros_like().unwrap());
         assert!(
             diff <= 1e-5 * scale.max(1.0),
             "{name}: {diff} (scale {scale})"

@@ -202,16 +202,16 @@ pub(super) fn decode_qkv(
                 None => qkv.clone(),
             };
             let w = (h + 2 * kv) * d;
-            // k and v start H·d and (H + KV)·d elements into each row, and into the bias.
+            // k and v start H·d and (H + KV)·d elements into each row, and into the bias (or
+            // its stand-in, qkv itself, which the kernel does not read).
             let (ok, ov) = (h * d, (h + kv) * d);
-            let bo = if bias.is_some() { (ok, ov) } else { (0, 0) };
             (
                 qkv.dim(0)?,
                 [qkv.clone(), qkv.clone(), qkv],
                 (w, w),
                 [b.clone(), b.clone(), b],
                 bias.is_some(),
-                [0, ok, ov, 0, bo.0, bo.1],
+                [0, ok, ov, 0, ok, ov],
             )
         }
     };

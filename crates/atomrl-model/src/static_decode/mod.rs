@@ -186,10 +186,11 @@ impl StaticDecode {
             vs.push(alloc(v).ctx(func)?);
         }
         let net = model.static_network().ctx(func)?;
+        // None merged (`ATOMRL_DECODE_MERGE=0`): every layer projects apart.
         let merged = if atomrl_core::device::decode_merge() {
             net.merged_layers().ctx(func)?
         } else {
-            vec![MergedLayer::default(); c.num_hidden_layers]
+            Vec::new()
         };
         let shared = (net, std::sync::Arc::new(merged));
         Self::assemble(model, shared, ks, vs, starts.to_vec(), width, kernels).ctx(func)
