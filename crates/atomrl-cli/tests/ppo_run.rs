@@ -1,7 +1,7 @@
 //! `atomrl-train --recipe ppo | a2c | trpo` end to end on the tiny random Qwen2 fixture: a PPO
 //! run killed with SIGKILL resumes and ends with the same rows, actor and critic as an
-//! uninterrupted one; A2C and TRPO train and report their metrics; the critic's settings are
-//! checked with the key named.
+//! uninterrupted one (also with the value head on the actor's transformer); A2C and TRPO train
+//! and report their metrics; the critic's settings are checked with the key named.
 
 #![allow(clippy::unwrap_used)]
 
@@ -53,15 +53,22 @@ fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     out
 }
 
-/// A PPO run (with LoRA on the actor and the critic when `lora`) killed after step 3 and
-/// resumed from its step-2 checkpoint ends with the rows and checkpoint files of an
-/// uninterrupted run.
-fn a_killed_ppo_run_resumes_exactly(lora: bool) {
+/// A PPO run (with LoRA on the actor and the critic when `lora`; with the value head on the
+/// actor's transformer when `shared`) killed after step 3 and resumed from its step-2
+/// checkpoint ends with the rows and checkpoint files of an uninterrupted run.
+fn a_killed_ppo_run_resumes_exactly(lora: bool, shared: bool) {
     let mut critic = "lr = 1e-3\nkl_target = 0.01\nkl_horizon = 100.0".to_string();
+    if shared {
+        critic.push_str("\nshare_backbone = true");
+    }
     if lora {
         critic.push_str("\n[lora]\nr = 4\nalpha = 8.0");
     }
-    let name = if lora { "ppo-lora" } else { "ppo" };
+    let name = match (lora, shared) {
+        (true, _) => "ppo-lora",
+        (false, true) => "ppo-shared",
+        (false, false) => "ppo",
+    };
     let straight = temp_dir(&format!("{name}-straight"));
     let cfg = write_config(&straight, "ppo", 6, &critic);
     let out = train_bin()
@@ -148,12 +155,17 @@ fn a_killed_ppo_run_resumes_exactly(lora: bool) {
 
 #[test]
 fn a_killed_ppo_run_resumes_with_the_same_rows_actor_and_critic() {
-    a_killed_ppo_run_resumes_exactly(false);
+    a_killed_ppo_run_resumes_exactly(false, false);
+}
+
+#[test]
+fn a_killed_ppo_run_with_a_shared_value_head_resumes_exactly() {
+    a_killed_ppo_run_resumes_exactly(false, true);
 }
 
 #[test]
 fn a_killed_ppo_run_with_lora_resumes_with_the_same_adapters() {
-    a_killed_ppo_run_resumes_exactly(true);
+    a_killed_ppo_run_resumes_exactly(true, false);
 }
 
 #[test]

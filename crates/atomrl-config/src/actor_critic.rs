@@ -15,6 +15,13 @@ pub struct CriticArgs {
     /// policy's transformer with a zero head.
     #[serde(default)]
     pub model: Option<String>,
+    /// The value head reads the policy's own final hidden states (one transformer, TRL's
+    /// former `AutoModelForCausalLMWithValueHead`, trlx): the value loss, times `vf_coef`,
+    /// joins the policy loss in one forward and backward, and only the head (at `lr`) has an
+    /// optimizer of its own. False: a separate critic transformer (verl, TRL's `PPOTrainer`).
+    /// `ppo` and `a2c` only.
+    #[serde(default)]
+    pub share_backbone: bool,
     /// Scale of the value loss (TRL `vf_coef`).
     #[serde(default = "default_vf_coef")]
     pub vf_coef: f64,
@@ -50,6 +57,7 @@ impl Default for CriticArgs {
         Self {
             lr: None,
             model: None,
+            share_backbone: false,
             vf_coef: default_vf_coef(),
             clip_range_value: default_clip_range_value(),
             gamma: 1.0,

@@ -347,6 +347,7 @@ mod tests {
             ("critic.kl_target=-1", "`critic.kl_target`"),
             ("trpo.max_kl=0", "`trpo.max_kl`"),
             ("trpo.cg_iters=0", "`trpo.cg_iters`"),
+            ("critic.share_backbone=true", "`critic.share_backbone`"),
             ("critic.gama=1", "gama"),
         ] {
             let mut o = base();
@@ -356,6 +357,24 @@ mod tests {
                 .to_string();
             assert!(e.contains(key), "{set}: {e}");
         }
+        // A shared head reads the policy: a critic folder of its own contradicts it.
+        let mut o = base();
+        o.extend([
+            "critic.lr=1e-5".into(),
+            "critic.share_backbone=true".into(),
+            "critic.model=\"critic\"".into(),
+        ]);
+        let e = load_args(None, Some(Recipe::Ppo), &o)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`critic.share_backbone`"), "{e}");
+        o.pop();
+        assert!(
+            load_args(None, Some(Recipe::Ppo), &o)
+                .unwrap()
+                .critic()
+                .share_backbone
+        );
         // A KL in the reward leaves the loss without one, and needs the old log-probs.
         let mut o = base();
         o.extend([

@@ -166,6 +166,24 @@ fn check_critic(a: &GRPOArgs) -> Result<()> {
     if let Some(t) = c.kl_target {
         positive("critic.kl_target", t)?;
     }
+    if c.share_backbone {
+        if recipe == Recipe::Trpo {
+            return Err(Error::value(
+                FUNC,
+                "critic.share_backbone",
+                "false with `trpo` (its trust-region step moves the policy alone)",
+                true,
+            ));
+        }
+        if let Some(m) = &c.model {
+            return Err(Error::value(
+                FUNC,
+                "critic.share_backbone",
+                "false with `critic.model` (a shared head reads the policy's transformer)",
+                format!("true with critic.model = {m:?}"),
+            ));
+        }
+    }
     if let (Recipe::Trpo, Some(t)) = (recipe, &a.trpo) {
         positive("trpo.max_kl", t.max_kl)?;
         positive("trpo.fvp_shift", t.fvp_shift)?;

@@ -30,6 +30,7 @@ mod action;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod fused;
+mod hidden;
 pub mod kernel_check;
 mod registry;
 mod selective;
@@ -38,6 +39,7 @@ mod shared_prompt;
 
 pub use action::{get_action_log_probs, get_action_log_probs_chunked, FUSED_HEAD_MIN_VOCAB};
 pub use atomrl_core::{Error, Result};
+pub use hidden::get_hidden_log_probs;
 pub use registry::functions;
 pub use selective::{
     chunk_elements_for, selective_log_softmax, selective_log_softmax_chunked, TokenLogProbs,

@@ -26,8 +26,8 @@ pub const SCORE_WEIGHT: &str = "score.weight";
 pub const SCORE_BIAS: &str = "score.bias";
 
 /// A value model: the transformer of a [`CausalLm`] (its own copy of the weights, trained
-/// with the critic's optimizer) and a linear head `H → 1` on every position's final hidden
-/// state. `values[n, l]` is the value of the state after tokens `0..=l`.
+/// with the critic's optimizer, or the policy's own with [`ValueModel::sharing_backbone`])
+/// and a linear head `H → 1` on every position's final hidden state. `values[n, l]` is the value of the state after tokens `0..=l`.
 ///
 /// Saved as `transformers`' token-classification layout: the transformer's weights under
 /// `model.*`, the head as `score.weight [1, H]` and `score.bias [1]`, and `config.json` with
@@ -57,6 +57,9 @@ pub struct ValueModel {
     /// Written to the saved `config.json` (transformers' sequence classifier finds each row's
     /// last token by it).
     pad_token_id: Option<u32>,
+    /// The transformer is the policy's own ([`ValueModel::sharing_backbone`]): only the head
+    /// is this model's to train.
+    shared: bool,
 }
 
 /// Which `transformers` head class a [`ValueModel`] is saved as.
@@ -116,7 +119,75 @@ impl ValueModel {
             backbone,
             layout,
             pad_token_id: None,
+            shared: false,
         })
+    }
+
+    /// A critic whose transformer *is* `policy`'s (the same variables, not a copy) with a head
+    /// of zeros: TRL's former `AutoModelForCausalLMWithValueHead`. Its trainable parameters
+    /// are the head's alone ([`ValueModel::trainable_vars`]); the transformer learns from the
+    /// value loss only where a caller adds that loss to the policy's, in one backward pass.
+    /// Saved, it is a complete token-classification model (the policy's transformer and the
+    /// head).
+    ///
+    /// # Errors
+    /// Allocation failures.
+    ///
+    /// ```
+    /// use atomrl_model::{Architecture, CausalLm, ModelConfig, ValueModel};
+    /// use candle_core::{DType, Device};
+    /// let policy = CausalLm::from_config_random(ModelConfig::new(Architecture::Qwen2, 16, 8, 8, 1, 2, 1)?, 1, DType::F32, &Device::Cpu)?;
+    /// let critic = ValueModel::sharing_backbone(&policy)?;
+    /// assert!(critic.shares_backbone());
+    /// let names: Vec<String> = critic.trainable_vars().into_iter().map(|(n, _)| n).collect();
+    /// assert_eq!(names, ["score.weight", "score.bias"]);
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn sharing_backbone(policy: &CausalLm) -> Result<Self> {
+        let func = "ValueModel::sharing_backbone";
+        let h = policy.config().hidden_size;
+        let zeros = |shape: &[usize]| Var::zeros(shape, DType::F32, policy.device()).ctx(func);
+        Ok(Self {
+            weight: zeros(&[1, h])?,
+            bias: zeros(&[1])?,
+            backbone: policy.clone(),
+            layout: HeadLayout::Token,
+            pad_token_id: None,
+            shared: true,
+        })
+    }
+
+    /// Whether the transformer is the policy's own ([`ValueModel::sharing_backbone`]).
+    pub fn shares_backbone(&self) -> bool {
+        self.shared
+    }
+
+    /// A view with the same variables whose transformer builds no graph (its
+    /// [`CausalLm::detached`] view): gradients of its values reach the head alone. For values
+    /// that only feed advantages and returns, or a head trained on fixed features.
+    ///
+    /// ```
+    /// use atomrl_model::{Architecture, CausalLm, ForwardInput, ModelConfig, ValueModel};
+    /// use candle_core::{DType, Device, Tensor};
+    /// let policy = CausalLm::from_config_random(ModelConfig::new(Architecture::Qwen2, 16, 8, 8, 1, 2, 1)?, 1, DType::F32, &Device::Cpu)?;
+    /// let critic = ValueModel::from_policy(&policy)?;
+    /// let input = ForwardInput::new(Tensor::new(&[[1u32, 2, 3]], &Device::Cpu)?);
+    /// let v = critic.detached().values(&input)?;
+    /// assert_eq!(v.to_vec2::<f32>()?, critic.values(&input)?.to_vec2::<f32>()?);
+    /// let grads = v.sum_all()?.backward()?;
+    /// let reached = critic.named_vars().iter().filter(|(_, x)| grads.get(x.as_tensor()).is_some()).count();
+    /// assert_eq!(reached, 2); // score.weight and score.bias
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn detached(&self) -> Self {
+        Self {
+            backbone: self.backbone.detached(),
+            weight: self.weight.clone(),
+            bias: self.bias.clone(),
+            layout: self.layout,
+            pad_token_id: self.pad_token_id,
+            shared: self.shared,
+        }
     }
 
     /// The layout this model is saved in.
@@ -179,6 +250,7 @@ impl ValueModel {
             bias,
             layout,
             pad_token_id: None,
+            shared: false,
         })
     }
 
@@ -326,8 +398,9 @@ impl ValueModel {
         }
     }
 
-    /// What the critic's optimizer trains: with LoRA the transformer's adapters and the head,
-    /// else every parameter ([`ValueModel::named_vars`]).
+    /// What the critic's optimizer trains: the head alone when the transformer is the
+    /// policy's ([`ValueModel::sharing_backbone`]); with LoRA the transformer's adapters and
+    /// the head; else every parameter ([`ValueModel::named_vars`]).
     ///
     /// ```
     /// use atomrl_model::{Architecture, CausalLm, LoraConfig, ModelConfig, ValueModel};
@@ -342,6 +415,11 @@ impl ValueModel {
     /// # Ok::<(), atomrl_core::Error>(())
     /// ```
     pub fn trainable_vars(&self) -> Vec<(String, Var)> {
+        if self.shared {
+            let mut vars = Vec::new();
+            self.push_head(&mut vars);
+            return vars;
+        }
         if self.backbone.lora_config().is_none() {
             return self.named_vars();
         }
@@ -354,8 +432,17 @@ impl ValueModel {
     /// train from then on.
     ///
     /// # Errors
-    /// As [`CausalLm::add_lora`] (adapters already attached, rank 0).
+    /// As [`CausalLm::add_lora`] (adapters already attached, rank 0); a transformer shared
+    /// with the policy (its adapters are the policy's).
     pub fn add_lora(&mut self, config: crate::LoraConfig, seed: u64) -> Result<()> {
+        if self.shared {
+            return Err(Error::value(
+                "ValueModel::add_lora",
+                "self",
+                "a critic with a transformer of its own",
+                "a head on the policy's transformer (ValueModel::sharing_backbone)",
+            ));
+        }
         self.backbone.add_lora(config, seed)
     }
 

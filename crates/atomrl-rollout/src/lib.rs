@@ -45,7 +45,7 @@ pub use critic::{
 };
 pub use eval::{evaluate, EvalData, EvalResult};
 pub use experience::{Experience, LossNormalizer, PairRole, TokenRow};
-pub use log_probs::{experience_log_probs, sharded_log_probs};
+pub use log_probs::{experience_log_probs, experience_log_probs_and_hidden, sharded_log_probs};
 pub use make::{make_experience, sampling_seed, ExperienceConfig, PromptBatch};
 pub use model_reward::ModelReward;
 pub use pairs::{

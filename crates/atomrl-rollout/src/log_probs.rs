@@ -2,8 +2,11 @@
 //! graph, in the update) and, once per step, under the old policy and the reference model.
 
 use atomrl_core::{CandleContext, Result};
-use atomrl_logprob::{get_action_log_probs, get_shared_prompt_log_probs, TokenLogProbs};
-use atomrl_model::CausalLm;
+use atomrl_logprob::{
+    get_action_log_probs, get_hidden_log_probs, get_shared_prompt_hidden,
+    get_shared_prompt_log_probs, TokenLogProbs,
+};
+use atomrl_model::{CausalLm, ForwardInput};
 use candle_core::Tensor;
 
 use crate::experience::Experience;
@@ -49,6 +52,66 @@ pub fn experience_log_probs(
         temperature,
         with_entropy,
     )
+}
+
+/// [`experience_log_probs`] together with the final hidden states `[R, T, H]` they came
+/// from (position `t` predicts completion token `t`): what a value head on the policy reads,
+/// so that one forward pass (and one backward) serves the policy loss and the value loss.
+/// The log-probs are the same numbers [`experience_log_probs`] gives.
+///
+/// # Errors
+/// Tensor or model failures.
+///
+/// ```
+/// use atomrl_rollout::{experience_log_probs, experience_log_probs_and_hidden, Experience};
+/// use candle_core::{DType, Device};
+/// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+/// let model = atomrl_model::CausalLm::from_hf_dir(dir, DType::F32, &Device::Cpu)?;
+/// let rows: [(&[u32], &[u32], &[bool]); 2] = [(&[1, 2], &[3, 4], &[true; 2]), (&[1, 2], &[5], &[true])];
+/// let exp = Experience::from_rows(&rows, &[1.0, -1.0], &[true; 2], 0, &Device::Cpu)?;
+/// let (out, hidden) = experience_log_probs_and_hidden(&model, &exp, 1.0, false)?;
+/// assert_eq!(hidden.dims(), [2, 2, model.config().hidden_size]);
+/// let alone = experience_log_probs(&model, &exp, 1.0, false)?.log_probs;
+/// assert_eq!(out.log_probs.to_vec2::<f32>()?, alone.to_vec2::<f32>()?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn experience_log_probs_and_hidden(
+    model: &CausalLm,
+    exp: &Experience,
+    temperature: f64,
+    with_entropy: bool,
+) -> Result<(TokenLogProbs, Tensor)> {
+    let func = "experience_log_probs_and_hidden";
+    if !model.gradient_checkpointing() {
+        if let Some(shared) = exp.shared_prompts()? {
+            let hidden = get_shared_prompt_hidden(model, &shared)?;
+            let out = get_hidden_log_probs(
+                model,
+                &hidden,
+                &shared.completion_ids,
+                &shared.completion_mask,
+                temperature,
+                with_entropy,
+            )?;
+            return Ok((out, hidden));
+        }
+    }
+    let (l, t) = (exp.input_ids.dim(1).ctx(func)?, exp.completion_len);
+    let input =
+        ForwardInput::new(exp.input_ids.clone()).with_attention_mask(exp.attention_mask.clone());
+    let hidden = model
+        .forward_hidden(&input, None)?
+        .narrow(1, l - 1 - t, t)
+        .ctx(func)?;
+    let out = get_hidden_log_probs(
+        model,
+        &hidden,
+        &exp.input_ids.narrow(1, l - t, t).ctx(func)?,
+        &exp.attention_mask.narrow(1, l - t, t).ctx(func)?,
+        temperature,
+        with_entropy,
+    )?;
+    Ok((out, hidden))
 }
 
 /// The log-probs of `exp`'s completion tokens under `model` without a graph, `[R, T]`,

@@ -98,15 +98,32 @@ pub fn accumulate_and_step<T: MicroStatistics>(
     comm: &dyn Collective,
     micro_loss: impl Fn(&Experience) -> Result<Option<(Tensor, T)>> + Sync,
 ) -> Result<(StepOutcome, Vec<T>)> {
+    let acc = accumulate_gradients(params, exp, settings, comm, micro_loss)?;
+    clip_and_step(acc, settings.max_grad_norm, &mut [(optimizer, settings.lr)])
+}
+
+/// The second half of [`accumulate_and_step`]: clips the global norm of `acc`'s gradients to
+/// `max_grad_norm` (one norm over every optimizer's parameters) and steps each optimizer at
+/// its own learning rate on its own parameters' gradients — unless the loss or the norm is
+/// not finite (nothing is updated and the reason is returned). No micro-batch with a scored
+/// token: each optimizer takes a [`zero_gradient_step`].
+///
+/// # Errors
+/// Tensor failures.
+pub fn clip_and_step<T>(
+    acc: Accumulated<T>,
+    max_grad_norm: f64,
+    optimizers: &mut [(&mut AdamW, f64)],
+) -> Result<(StepOutcome, Vec<T>)> {
     let Accumulated {
         mut grads,
         mut outcome,
         extras,
-    } = accumulate_gradients(params, exp, settings, comm, micro_loss)?;
+    } = acc;
     if outcome.skipped.is_some() {
         return Ok((outcome, extras));
     }
-    outcome.grad_norm = grads.clip_global_norm(settings.max_grad_norm)?;
+    outcome.grad_norm = grads.clip_global_norm(max_grad_norm)?;
     if !outcome.loss.is_finite() || !outcome.grad_norm.is_finite() {
         outcome.skipped = Some(format!(
             "non-finite loss ({}) or gradient norm ({})",
@@ -114,10 +131,12 @@ pub fn accumulate_and_step<T: MicroStatistics>(
         ));
         return Ok((outcome, extras));
     }
-    if extras.is_empty() {
-        zero_gradient_step(optimizer, settings.lr)?;
-    } else {
-        optimizer.step(&|name| grads.get(name), settings.lr)?;
+    for (optimizer, lr) in optimizers.iter_mut() {
+        if extras.is_empty() {
+            zero_gradient_step(optimizer, *lr)?;
+        } else {
+            optimizer.step(&|name| grads.get(name), *lr)?;
+        }
     }
     Ok((outcome, extras))
 }

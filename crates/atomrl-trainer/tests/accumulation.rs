@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use atomrl_model::{Architecture, CausalLm, ModelConfig};
 use atomrl_trainer::config::{GRPOArgs, Recipe};
 use atomrl_trainer::grpo::{policy_update, UpdateStats};
@@ -20,28 +22,7 @@ fn model() -> CausalLm {
 
 /// Six rows of ragged prompts and completions (completion `i` has `completion_len(i)` tokens).
 fn ragged_batch(adv: &[f32; 6], completion_len: fn(usize) -> usize) -> Experience {
-    let prompts: Vec<Vec<u32>> = (0..6)
-        .map(|i| {
-            (0..(2 + i % 3))
-                .map(|j| ((i * 7 + j * 3) % 31 + 1) as u32)
-                .collect()
-        })
-        .collect();
-    let completions: Vec<Vec<u32>> = (0..6)
-        .map(|i| {
-            (0..completion_len(i))
-                .map(|j| ((i * 11 + j * 5) % 31 + 1) as u32)
-                .collect()
-        })
-        .collect();
-    let masks: Vec<Vec<bool>> = completions.iter().map(|c| vec![true; c.len()]).collect();
-    let rows: Vec<(&[u32], &[u32], &[bool])> = prompts
-        .iter()
-        .zip(&completions)
-        .zip(&masks)
-        .map(|((p, c), m)| (p.as_slice(), c.as_slice(), m.as_slice()))
-        .collect();
-    Experience::from_rows(&rows, adv, &[true; 6], 0, &Device::Cpu).unwrap()
+    common::ragged_experience(adv, |i| i, completion_len)
 }
 
 fn batch() -> Experience {

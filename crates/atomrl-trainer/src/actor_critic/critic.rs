@@ -13,6 +13,7 @@ use candle_core::{Tensor, Var};
 
 use crate::accumulate::{accumulate_and_step, with_step_normalizer, MicroStatistics, StepSettings};
 use crate::config::{CriticArgs, GRPOArgs};
+use crate::grpo::ValueTerm;
 use crate::optim::AdamW;
 
 /// The critic's folder inside a checkpoint (transformers' token-classification layout).
@@ -63,22 +64,29 @@ pub(crate) struct Critic {
 impl Critic {
     /// The critic of `args` for `policy`: a copy of the policy's transformer with a zero head,
     /// or `critic.model`'s weights; with `[lora]`, adapters of its own; the policy's compute
-    /// dtype and gradient checkpointing.
+    /// dtype and gradient checkpointing. With `critic.share_backbone`, a zero head on the
+    /// policy's own transformer (only the head is this critic's to train).
     pub fn new(args: &GRPOArgs, policy: &CausalLm) -> Result<Self> {
         let settings = args.critic();
         let lr = settings
             .lr
             .ok_or_else(|| Error::missing("config", "critic.lr", "the critic's learning rate"))?;
-        let mut model = match &settings.model {
-            Some(dir) => load_critic(dir, policy)?,
-            None => ValueModel::from_policy(policy)?,
+        let model = if settings.share_backbone {
+            // The policy's transformer, its adapters, dtype and checkpointing included.
+            ValueModel::sharing_backbone(policy)?
+        } else {
+            let mut model = match &settings.model {
+                Some(dir) => load_critic(dir, policy)?,
+                None => ValueModel::from_policy(policy)?,
+            };
+            if let Some(l) = &args.lora {
+                // Its own seed: the critic's adapters do not start as the actor's.
+                model.add_lora(crate::runtime::lora_config(l)?, args.seed.wrapping_add(1))?;
+            }
+            model.set_compute_dtype(policy.compute_dtype())?;
+            model.set_gradient_checkpointing(policy.gradient_checkpointing());
+            model
         };
-        if let Some(l) = &args.lora {
-            // Its own seed: the critic's adapters do not start as the actor's.
-            model.add_lora(crate::runtime::lora_config(l)?, args.seed.wrapping_add(1))?;
-        }
-        model.set_compute_dtype(policy.compute_dtype())?;
-        model.set_gradient_checkpointing(policy.gradient_checkpointing());
         let params = model.trainable_vars();
         let optimizer = AdamW::new(params.clone(), args.adamw())?;
         Ok(Self {
@@ -108,7 +116,16 @@ impl Critic {
             lr: self.lr,
             ..steps
         };
-        let (model, c) = (&self.model, &self.settings);
+        // A shared transformer is the actor's to train: the head learns on its detached
+        // states, and the backward pass stops at the head.
+        let view;
+        let model = if self.model.shares_backbone() {
+            view = self.model.detached();
+            &view
+        } else {
+            &self.model
+        };
+        let c = &self.settings;
         let micro_loss = |mb: &Experience| -> Result<Option<(Tensor, ClipCount)>> {
             let (Some(old), Some(returns)) = (&mb.values, &mb.returns) else {
                 return Err(Error::missing(
@@ -158,6 +175,22 @@ impl Critic {
             }
         }
         Ok(stats)
+    }
+
+    /// Whether the head reads the policy's transformer (`critic.share_backbone`).
+    pub fn shares_backbone(&self) -> bool {
+        self.model.shares_backbone()
+    }
+
+    /// The head's part of the actor's update when the transformer is shared.
+    pub fn value_term(&mut self) -> ValueTerm<'_> {
+        ValueTerm {
+            critic: &self.model,
+            optimizer: &mut self.optimizer,
+            lr: self.lr,
+            vf_coef: self.settings.vf_coef,
+            clip_range_value: self.settings.clip_range_value,
+        }
     }
 
     /// Writes the critic (`dir/critic/`, transformers' layout) and its optimizer.

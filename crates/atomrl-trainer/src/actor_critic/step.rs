@@ -20,7 +20,7 @@ use super::critic::{Critic, CriticStats};
 use super::trpo::{trpo_update, TrpoStats};
 use crate::config::{GRPOArgs, Recipe, TrpoArgs, UpdateConfig};
 use crate::data::EpochSampler;
-use crate::grpo::{policy_update, step_report, GrpoStep, UpdateStats};
+use crate::grpo::{policy_and_value_update, policy_update, step_report, GrpoStep, UpdateStats};
 use crate::logging::keys;
 use crate::recipe::{RecipeStep, RunData, StepExperience, StepReport};
 use crate::state::TrainState;
@@ -99,7 +99,7 @@ impl ActorCriticStep {
     /// The actor's update: none during the critic's warm-up; PPO's clipped epochs or A2C's
     /// gradient step (`policy_update`), or TRPO's trust-region step.
     fn actor_update(
-        &self,
+        &mut self,
         state: &mut TrainState,
         made: &StepExperience,
         step: u64,
@@ -116,6 +116,16 @@ impl ActorCriticStep {
         }
         Ok(match self.recipe {
             Recipe::Trpo => ActorOutcome::Trpo(trpo_update(state, exp, &self.update, &self.trpo)?),
+            _ if self.critic.shares_backbone() => {
+                let value = self.critic.value_term();
+                ActorOutcome::Gradient(policy_and_value_update(
+                    state,
+                    exp,
+                    &self.update,
+                    lr,
+                    value,
+                )?)
+            }
             _ => ActorOutcome::Gradient(policy_update(state, exp, &self.update, lr)?),
         })
     }
@@ -174,7 +184,9 @@ impl RecipeStep for ActorCriticStep {
                 workers: run.args.workers,
                 comm: state.comm.as_ref(),
             };
-            attach_values_and_gae_with(exp, &self.critic.model, par, &gae, &rewards)?;
+            // No graph: the values only feed the advantages and returns.
+            let critic = self.critic.model.detached();
+            attach_values_and_gae_with(exp, &critic, par, &gae, &rewards)?;
         }
         made.seconds = started.elapsed().as_secs_f64();
         Ok(made)
@@ -193,18 +205,27 @@ impl RecipeStep for ActorCriticStep {
         let started = Instant::now();
         let exp = &made.experience;
         let actor = self.actor_update(state, made, step, lr)?;
-        let critic = if exp.num_rows() > 0 && exp.normalizer.tokens > 0.0 {
-            let agg = self.update.loss.policy.agg;
-            Some(self.critic.update(
-                exp,
-                self.update.steps,
-                agg,
-                self.update.iterations,
-                state.comm.as_ref(),
-            )?)
-        } else {
-            None
-        };
+        let critic =
+            if let (true, ActorOutcome::Gradient(s)) = (self.critic.shares_backbone(), &actor) {
+                // The head trained in the actor's pass.
+                Some(CriticStats {
+                    value_loss: s.value_loss,
+                    clip_frac: s.value_clip_frac,
+                    grad_norm: s.grad_norm,
+                    skipped: s.skip_reason.clone(),
+                })
+            } else if exp.num_rows() > 0 && exp.normalizer.tokens > 0.0 {
+                let agg = self.update.loss.policy.agg;
+                Some(self.critic.update(
+                    exp,
+                    self.update.steps,
+                    agg,
+                    self.update.iterations,
+                    state.comm.as_ref(),
+                )?)
+            } else {
+                None
+            };
         if let (Some(KlCoef::Adaptive(c)), Some(kl)) = (&mut self.kl, self.last_kl) {
             c.update(kl, exp.num_rows());
         }

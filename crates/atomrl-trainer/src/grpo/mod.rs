@@ -5,4 +5,4 @@ mod step;
 mod update;
 
 pub(crate) use step::{step_report, GrpoStep};
-pub use update::{policy_update, UpdateStats};
+pub use update::{policy_and_value_update, policy_update, UpdateStats, ValueTerm};

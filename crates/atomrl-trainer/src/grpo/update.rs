@@ -2,17 +2,22 @@
 //! accumulation with the global normaliser, clipping, the NaN/Inf guard, AdamW.
 
 use atomrl_core::shape::masked_sum;
+use atomrl_core::Error;
 use atomrl_core::{CandleContext, Result};
 use atomrl_loss::{
-    aggregate_loss, compute_kl_penalty, compute_pg_loss, compute_policy_loss, PolicyLossOptions,
+    aggregate_loss, compute_kl_penalty, compute_pg_loss, compute_policy_loss, compute_value_loss,
+    PolicyLossOptions,
 };
-use atomrl_rollout::{experience_log_probs, Experience};
-use candle_core::Tensor;
+use atomrl_model::ValueModel;
+use atomrl_rollout::{experience_log_probs, experience_log_probs_and_hidden, Experience};
+use candle_core::{Tensor, Var};
 
 use crate::accumulate::{
-    accumulate_and_step, with_step_normalizer, zero_gradient_step, MicroStatistics, StepSettings,
+    accumulate_gradients, clip_and_step, with_step_normalizer, zero_gradient_step, MicroStatistics,
+    StepSettings,
 };
 use crate::config::{LossConfig, PolicyObjective, UpdateConfig};
+use crate::optim::AdamW;
 use crate::state::TrainState;
 
 /// What an update measured.
@@ -38,6 +43,29 @@ pub struct UpdateStats {
     pub skipped: usize,
     /// Why the last skip happened.
     pub skip_reason: Option<String>,
+    /// With a [`ValueTerm`]: its loss (times `vf_coef`, part of `loss`) and the token share
+    /// with the value clip active, last iteration (NaN without one).
+    pub value_loss: f64,
+    /// See `value_loss`.
+    pub value_clip_frac: f64,
+}
+
+/// A value head on the policy's own hidden states, trained in the policy's forward and
+/// backward pass (PPO with a shared backbone): `vf_coef ·` the clipped value loss joins each
+/// micro-batch's loss, the transformer's gradient carries both, and the head's parameters
+/// step with their own optimizer at their own learning rate (after one global-norm clip over
+/// all of them).
+pub struct ValueTerm<'a> {
+    /// The head, over the policy's transformer ([`ValueModel::sharing_backbone`]).
+    pub critic: &'a ValueModel,
+    /// The head's optimizer (over [`ValueModel::trainable_vars`]).
+    pub optimizer: &'a mut AdamW,
+    /// The head's learning rate.
+    pub lr: f64,
+    /// Scale of the value loss.
+    pub vf_coef: f64,
+    /// The value clip around the experience's values.
+    pub clip_range_value: f64,
 }
 
 /// Token-weighted sums of one micro-batch's statistics (each metric times its scored tokens).
@@ -50,6 +78,10 @@ struct MicroStats {
     kl: f64,
     entropy: f64,
     weight: f64,
+    /// The value term's loss (a sum over micro-batches is the full-batch term).
+    value_loss: f64,
+    /// Tokens with the value clip active.
+    value_clip: f64,
 }
 
 impl MicroStats {
@@ -76,6 +108,8 @@ impl MicroStats {
             kl: self.kl + o.kl,
             entropy: self.entropy + o.entropy,
             weight: self.weight + o.weight,
+            value_loss: self.value_loss + o.value_loss,
+            value_clip: self.value_clip + o.value_clip,
         }
     }
 }
@@ -83,7 +117,17 @@ impl MicroStats {
 impl MicroStatistics for MicroStats {
     fn to_f64s(&self) -> Vec<f64> {
         let s = self;
-        vec![s.clip, s.low, s.high, s.ppo_kl, s.kl, s.entropy, s.weight]
+        vec![
+            s.clip,
+            s.low,
+            s.high,
+            s.ppo_kl,
+            s.kl,
+            s.entropy,
+            s.weight,
+            s.value_loss,
+            s.value_clip,
+        ]
     }
 
     fn from_f64s(v: &[f64]) -> Self {
@@ -96,6 +140,8 @@ impl MicroStatistics for MicroStats {
             kl: at(4),
             entropy: at(5),
             weight: at(6),
+            value_loss: at(7),
+            value_clip: at(8),
         }
     }
 }
@@ -117,8 +163,45 @@ pub fn policy_update(
     config: &UpdateConfig,
     lr: f64,
 ) -> Result<UpdateStats> {
+    update_with(state, exp, config, lr, None)
+}
+
+/// [`policy_update`] with a value head on the policy's hidden states ([`ValueTerm`]): the
+/// experience's `values` and `returns` (`atomrl_rollout::attach_values_and_gae`) give the
+/// clipped value loss, added to each micro-batch's loss; one global-norm clip covers the
+/// policy's and the head's gradients; each optimizer then steps at its own learning rate.
+///
+/// # Errors
+/// An experience without values or returns; as [`policy_update`].
+pub fn policy_and_value_update(
+    state: &mut TrainState,
+    exp: &Experience,
+    config: &UpdateConfig,
+    lr: f64,
+    value: ValueTerm<'_>,
+) -> Result<UpdateStats> {
+    if exp.num_rows() > 0 && (exp.values.is_none() || exp.returns.is_none()) {
+        return Err(Error::missing(
+            "policy_and_value_update",
+            "values",
+            "the experience's values and returns (attach_values_and_gae)",
+        ));
+    }
+    update_with(state, exp, config, lr, Some(value))
+}
+
+/// The update of [`policy_update`] and [`policy_and_value_update`].
+fn update_with(
+    state: &mut TrainState,
+    exp: &Experience,
+    config: &UpdateConfig,
+    lr: f64,
+    mut value: Option<ValueTerm<'_>>,
+) -> Result<UpdateStats> {
     let mut stats = UpdateStats {
         kl: f64::NAN,
+        value_loss: f64::NAN,
+        value_clip_frac: f64::NAN,
         ..Default::default()
     };
     if exp.normalizer.tokens == 0.0 {
@@ -132,31 +215,51 @@ pub fn policy_update(
         // step count advances), once per iteration.
         for _ in 0..config.iterations {
             zero_gradient_step(&mut state.optimizer, lr)?;
+            if let Some(v) = value.as_mut() {
+                zero_gradient_step(v.optimizer, v.lr)?;
+            }
         }
         return Ok(stats);
     }
     let opts = loss_options(&config.loss.policy, exp);
-    let loss = MicroLoss {
-        model: &state.model,
-        config: &config.loss,
-        opts: &opts,
-    };
+    let mut params: Vec<(String, Var)> = state.params.clone();
+    if let Some(v) = &value {
+        params.extend(v.optimizer.params().iter().cloned());
+    }
     let settings = StepSettings { lr, ..config.steps };
     for _ in 0..config.iterations {
-        let (outcome, parts) = accumulate_and_step(
-            &state.params,
-            &mut state.optimizer,
-            exp,
-            settings,
-            state.comm.as_ref(),
-            |mb| loss.of(mb),
-        )?;
+        let loss = MicroLoss {
+            model: &state.model,
+            config: &config.loss,
+            opts: &opts,
+            value: value.as_ref().map(|v| ValueSettings {
+                critic: v.critic,
+                vf_coef: v.vf_coef,
+                clip_range_value: v.clip_range_value,
+            }),
+        };
+        let acc = accumulate_gradients(&params, exp, settings, state.comm.as_ref(), |mb| {
+            loss.of(mb)
+        })?;
+        let mut optimizers = vec![(&mut state.optimizer, lr)];
+        if let Some(v) = value.as_mut() {
+            optimizers.push((&mut *v.optimizer, v.lr));
+        }
+        let (outcome, parts) = clip_and_step(acc, settings.max_grad_norm, &mut optimizers)?;
         let m = parts
             .into_iter()
             .fold(MicroStats::default(), MicroStats::add);
         stats.loss = outcome.loss;
         stats.grad_norm = outcome.grad_norm;
         m.write_means(&mut stats, exp.ref_log_probs.is_some());
+        if value.is_some() {
+            stats.value_loss = m.value_loss;
+            stats.value_clip_frac = if m.weight > 0.0 {
+                m.value_clip / m.weight
+            } else {
+                0.0
+            };
+        }
         if let Some(reason) = outcome.skipped {
             stats.skipped += 1;
             stats.skip_reason = Some(reason);
@@ -179,6 +282,46 @@ struct MicroLoss<'a> {
     model: &'a atomrl_model::CausalLm,
     config: &'a LossConfig,
     opts: &'a PolicyLossOptions,
+    value: Option<ValueSettings<'a>>,
+}
+
+/// What the micro-batch loss needs of a [`ValueTerm`].
+struct ValueSettings<'a> {
+    critic: &'a ValueModel,
+    vf_coef: f64,
+    clip_range_value: f64,
+}
+
+impl ValueSettings<'_> {
+    /// `vf_coef ·` the clipped value loss of micro-batch `mb` from the policy's `hidden`
+    /// states (`[R, T, H]`), its value, and its clip fraction.
+    fn term(
+        &self,
+        mb: &Experience,
+        hidden: &Tensor,
+        agg: &atomrl_loss::AggOptions,
+    ) -> Result<(Tensor, f64, f64)> {
+        let func = "update";
+        let (Some(old), Some(returns)) = (&mb.values, &mb.returns) else {
+            return Err(Error::missing(
+                func,
+                "values",
+                "the experience's values and returns (attach_values_and_gae)",
+            ));
+        };
+        let values = self.critic.head(hidden)?;
+        let out = compute_value_loss(
+            &values,
+            old,
+            returns,
+            &mb.loss_mask,
+            self.clip_range_value,
+            agg,
+        )?;
+        let term = (out.loss * self.vf_coef).ctx(func)?;
+        let value = atomrl_core::shape::scalar_f64(func, &term)?;
+        Ok((term, value, out.clip_frac))
+    }
 }
 
 impl MicroLoss<'_> {
@@ -190,13 +333,29 @@ impl MicroLoss<'_> {
         let agg = &self.opts.agg;
         let mask = &mb.loss_mask;
         let tokens = mb.loss_tokens(func)?;
-        let out = experience_log_probs(self.model, mb, c.temperature, true)?;
+        let (out, hidden) = match &self.value {
+            Some(_) => {
+                let (out, hidden) =
+                    experience_log_probs_and_hidden(self.model, mb, c.temperature, true)?;
+                (out, Some(hidden))
+            }
+            None => (
+                experience_log_probs(self.model, mb, c.temperature, true)?,
+                None,
+            ),
+        };
         let lp = out.log_probs;
         let lp_sum = masked_sum(func, &lp, mask)?;
         if !lp_sum.is_finite() {
             return Ok(None);
         }
         let (mut loss, mut m) = self.policy_term(&lp, mb, tokens)?;
+        if let (Some(v), Some(hidden)) = (&self.value, &hidden) {
+            let (term, value_loss, clip) = v.term(mb, hidden, agg)?;
+            loss = (loss + term).ctx(func)?;
+            m.value_loss = value_loss;
+            m.value_clip = clip * tokens;
+        }
         if let Some(r) = &mb.ref_log_probs {
             let k = compute_kl_penalty(&lp, r, mask, c.kl_estimator)?;
             let term = aggregate_loss(&k.kl, mask, agg)?;
