@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
+mod batches;
 
 use atomrl_model::{Architecture, CausalLm, ModelConfig};
 use atomrl_trainer::config::{GRPOArgs, Recipe};
@@ -22,7 +22,7 @@ fn model() -> CausalLm {
 
 /// Six rows of ragged prompts and completions (completion `i` has `completion_len(i)` tokens).
 fn ragged_batch(adv: &[f32; 6], completion_len: fn(usize) -> usize) -> Experience {
-    common::ragged_experience(adv, |i| i, completion_len)
+    batches::ragged_experience(adv, |i| i, completion_len)
 }
 
 fn batch() -> Experience {

@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
+mod batches;
 
 use atomrl_loss::{compute_value_loss, AggOptions};
 use atomrl_model::{Architecture, CausalLm, ModelConfig, ValueModel};
@@ -29,7 +29,7 @@ fn model() -> CausalLm {
 /// `zero_advantages`), values and returns are set as GAE would.
 fn batch(shared: bool, zero_advantages: bool) -> Experience {
     let prompt_of: fn(usize) -> usize = if shared { |i| i / 2 } else { |i| i };
-    let mut exp = common::ragged_experience(&[0.0; 6], prompt_of, |i| 1 + (i * 5) % 6);
+    let mut exp = batches::ragged_experience(&[0.0; 6], prompt_of, |i| 1 + (i * 5) % 6);
     let t = exp.completion_len;
     let grid = |f: &dyn Fn(usize, usize) -> f32| {
         let v: Vec<f32> = (0..6 * t).map(|k| f(k / t, k % t)).collect();

@@ -97,7 +97,8 @@ impl ActorCriticStep {
     }
 
     /// The actor's update: none during the critic's warm-up; PPO's clipped epochs or A2C's
-    /// gradient step (`policy_update`), or TRPO's trust-region step.
+    /// gradient step (`policy_update`; with a head on the actor's transformer,
+    /// `policy_and_value_update`, which trains the head too), or TRPO's trust-region step.
     fn actor_update(
         &mut self,
         state: &mut TrainState,
