@@ -13,8 +13,9 @@ use anyhow::{bail, Context, Result};
 /// ~380 lines; the pairs, their sums and the preference data live in `atomrl-rollout` and
 /// `atomrl-data`) to ~3,500, and the reward-model recipe with `sample_own_pairs` (~440 lines;
 /// the model, its loss and `ModelReward` live in `atomrl-model`, `atomrl-loss` and
-/// `atomrl-rollout`) to ~3,950.
-pub const TRAINER_LINES: usize = 4_000;
+/// `atomrl-rollout`) to ~3,950, and PPO's value head on the actor (the policy-and-value
+/// update, the multi-optimizer step, the smaller critic: ~260 lines) to ~4,230.
+pub const TRAINER_LINES: usize = 4_300;
 /// A function's lines (signature to closing brace), at most.
 pub const FUNCTION_LINES: usize = 80;
 /// The crates whose functions are held to [`FUNCTION_LINES`].
@@ -55,6 +56,10 @@ pub fn long_functions(file: &Path, text: &str, limit: usize) -> Vec<LongFunction
         .iter()
         .find_map(|p| body.strip_prefix(p));
         let Some(rest) = signature else { continue };
+        // A body opened and closed on its own line (`fn f() {}`) ends there.
+        if rest.contains('{') && rest.matches('{').count() == rest.matches('}').count() {
+            continue;
+        }
         let close = format!("{indent}}}");
         if let Some(j) = lines[i + 1..].iter().position(|l| *l == close) {
             let n = j + 2;
@@ -143,6 +148,10 @@ mod tests {
             ("long", 4, 87)
         );
         assert_eq!(non_test_lines(&text), 4 + 85 + 1);
+        // A one-line body is not measured up to the next brace at its indent.
+        let one_liner =
+            format!("impl T for () {{\n    fn f(_: u8) -> Self {{}}\n{body}    }}\n}}\n");
+        assert!(long_functions(Path::new("y.rs"), &one_liner, 80).is_empty());
     }
 
     /// The step's crates stay within the limits issue 30 set.

@@ -225,6 +225,8 @@ fn critic_settings_are_checked_with_the_key_named() {
             "`critic.clip_range_value`",
         ),
         ("lr = 1e-4\nbogus = 1", "bogus"),
+        // The fixture has 2 decoder layers.
+        ("lr = 1e-4\nnum_layers = 3", "`critic.num_layers`"),
         // A causal LM is no critic: it has no one-label head over its hidden size.
         (
             &format!("lr = 1e-4\nmodel = {:?}", bad_critic.display().to_string()),

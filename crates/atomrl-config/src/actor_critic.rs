@@ -15,6 +15,11 @@ pub struct CriticArgs {
     /// policy's transformer with a zero head.
     #[serde(default)]
     pub model: Option<String>,
+    /// Start the critic from the policy's first `num_layers` decoder layers (its embeddings
+    /// and final norm, a zero head): a smaller critic, about `num_layers / L` of the policy's
+    /// cost per forward and backward. Absent: every layer.
+    #[serde(default)]
+    pub num_layers: Option<usize>,
     /// The value head reads the policy's own final hidden states (one transformer, TRL's
     /// former `AutoModelForCausalLMWithValueHead`, trlx): the value loss, times `vf_coef`,
     /// joins the policy loss in one forward and backward, and only the head (at `lr`) has an
@@ -57,6 +62,7 @@ impl Default for CriticArgs {
         Self {
             lr: None,
             model: None,
+            num_layers: None,
             share_backbone: false,
             vf_coef: default_vf_coef(),
             clip_range_value: default_clip_range_value(),

@@ -348,6 +348,7 @@ mod tests {
             ("trpo.max_kl=0", "`trpo.max_kl`"),
             ("trpo.cg_iters=0", "`trpo.cg_iters`"),
             ("critic.share_backbone=true", "`critic.share_backbone`"),
+            ("critic.num_layers=0", "`critic.num_layers`"),
             ("critic.gama=1", "gama"),
         ] {
             let mut o = base();
@@ -375,6 +376,11 @@ mod tests {
                 .critic()
                 .share_backbone
         );
+        o.push("critic.num_layers=2".into());
+        let e = load_args(None, Some(Recipe::Ppo), &o)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`critic.num_layers`"), "{e}");
         // A KL in the reward leaves the loss without one, and needs the old log-probs.
         let mut o = base();
         o.extend([

@@ -166,6 +166,22 @@ fn check_critic(a: &GRPOArgs) -> Result<()> {
     if let Some(t) = c.kl_target {
         positive("critic.kl_target", t)?;
     }
+    if let Some(n) = c.num_layers {
+        at_least("critic.num_layers", n, 1)?;
+        let other = match (&c.model, c.share_backbone) {
+            (Some(_), _) => Some("`critic.model` (a critic of its own size)"),
+            (None, true) => Some("`critic.share_backbone` (the policy's whole transformer)"),
+            (None, false) => None,
+        };
+        if let Some(other) = other {
+            return Err(Error::value(
+                FUNC,
+                "critic.num_layers",
+                format!("absent with {other}"),
+                n,
+            ));
+        }
+    }
     if c.share_backbone {
         if recipe == Recipe::Trpo {
             return Err(Error::value(

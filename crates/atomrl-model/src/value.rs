@@ -109,8 +109,62 @@ impl ValueModel {
     }
 
     fn from_policy_with_layout(policy: &CausalLm, layout: HeadLayout) -> Result<Self> {
+        Self::with_zero_head(policy.frozen_copy()?, layout)
+    }
+
+    /// A critic starting from the first `layers` decoder layers of `policy` (copied), its
+    /// embeddings and final norm, with a head of zeros: a smaller critic whose forward and
+    /// backward cost about `layers / L` of the policy's (OpenRLHF and verl let the critic be
+    /// another, smaller model; this one needs no second checkpoint). Saved, its `config.json`
+    /// says `num_hidden_layers = layers`. `layers = L` is [`ValueModel::from_policy`].
+    ///
+    /// # Errors
+    /// `layers` of 0 or above the policy's layer count; allocation failures.
+    ///
+    /// ```
+    /// use atomrl_model::{Architecture, CausalLm, ModelConfig, ValueModel};
+    /// use candle_core::{DType, Device};
+    /// let policy = CausalLm::from_config_random(ModelConfig::new(Architecture::Qwen2, 16, 8, 8, 3, 2, 1)?, 1, DType::F32, &Device::Cpu)?;
+    /// let critic = ValueModel::from_policy_layers(&policy, 1)?;
+    /// assert_eq!(critic.backbone().config().num_hidden_layers, 1);
+    /// assert!(ValueModel::from_policy_layers(&policy, 4).is_err_and(|e| e.to_string().contains("`layers`")));
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn from_policy_layers(policy: &CausalLm, layers: usize) -> Result<Self> {
+        let func = "ValueModel::from_policy_layers";
+        let mut config = policy.config().clone();
+        let total = config.num_hidden_layers;
+        if layers == 0 || layers > total {
+            return Err(Error::value(
+                func,
+                "layers",
+                format!("in 1..={total} (the policy's decoder layers)"),
+                layers,
+            ));
+        }
+        let dropped = |name: &str| {
+            name.strip_prefix("model.layers.")
+                .and_then(|rest| rest.split('.').next())
+                .and_then(|i| i.parse::<usize>().ok())
+                .is_some_and(|i| i >= layers)
+        };
+        let tensors = policy
+            .named_vars()
+            .into_iter()
+            .filter(|(name, _)| !dropped(name))
+            .map(|(name, var)| var.as_tensor().copy().map(|t| (name, t)))
+            .collect::<candle_core::Result<HashMap<_, _>>>()
+            .ctx(func)?;
+        config.num_hidden_layers = layers;
+        let mut backbone =
+            CausalLm::from_tensors(config, tensors, policy.dtype(), policy.device())?;
+        backbone.set_compute_dtype(policy.compute_dtype())?;
+        Self::with_zero_head(backbone, HeadLayout::Token)
+    }
+
+    /// `backbone` under a zero head in `layout`.
+    fn with_zero_head(backbone: CausalLm, layout: HeadLayout) -> Result<Self> {
         let func = "ValueModel::from_policy";
-        let backbone = policy.frozen_copy()?;
         let h = backbone.config().hidden_size;
         let zeros = |shape: &[usize]| Var::zeros(shape, DType::F32, backbone.device()).ctx(func);
         Ok(Self {
@@ -617,6 +671,74 @@ mod tests {
             .named_vars()
             .iter()
             .all(|(_, var)| grads.get(var.as_tensor()).is_none()));
+    }
+
+    /// A critic from the first `k` of 3 layers computes what the policy's first `k` layers
+    /// and final norm compute (the head on those states), holds no weight of the later
+    /// layers, and saves and loads back with `num_hidden_layers = k` and the same values;
+    /// `k = 3` is the whole copy.
+    #[test]
+    fn a_critic_from_the_first_layers_is_the_policy_cut_there() {
+        let c = ModelConfig::new(Architecture::Qwen2, 16, 8, 8, 3, 2, 1).unwrap();
+        let p = CausalLm::from_config_random(c.clone(), 4, DType::F32, &Device::Cpu).unwrap();
+        let ids = Tensor::new(&[[1u32, 2, 3, 4]], &Device::Cpu).unwrap();
+        let input = ForwardInput::new(ids);
+        let w: Vec<f32> = (0..8).map(|i| (i as f32 - 3.5) / 4.0).collect();
+        let w = Tensor::from_vec(w, (1, 8), &Device::Cpu).unwrap();
+        let values = |m: &ValueModel| -> Vec<f32> {
+            m.weight.set(&w).unwrap();
+            m.values(&input)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap()
+        };
+        let whole = values(&ValueModel::from_policy(&p).unwrap());
+        assert_eq!(
+            values(&ValueModel::from_policy_layers(&p, 3).unwrap()),
+            whole
+        );
+
+        let cut = ValueModel::from_policy_layers(&p, 1).unwrap();
+        let names: Vec<String> = cut.named_vars().into_iter().map(|(n, _)| n).collect();
+        assert!(names.iter().any(|n| n.starts_with("model.layers.0.")));
+        assert!(!names.iter().any(|n| n.starts_with("model.layers.1.")));
+        // The same states by hand: the policy's weights with two layers dropped.
+        let mut one = c.clone();
+        one.num_hidden_layers = 1;
+        let tensors = p
+            .named_vars()
+            .into_iter()
+            .filter(|(n, _)| !n.starts_with("model.layers.1.") && !n.starts_with("model.layers.2."))
+            .map(|(n, v)| (n, v.as_tensor().clone()))
+            .collect();
+        let by_hand = CausalLm::from_tensors(one, tensors, DType::F32, &Device::Cpu).unwrap();
+        let hidden = by_hand.forward_hidden(&input, None).unwrap();
+        let want: Vec<f32> = hidden
+            .broadcast_matmul(&w.t().unwrap())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let got = values(&cut);
+        assert_ne!(got, whole);
+        assert!(got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-6));
+
+        let dir = std::env::temp_dir().join(format!("atomrl-cut-critic-{}", std::process::id()));
+        cut.save_hf(&dir).unwrap();
+        let back = ValueModel::from_hf_dir(&dir, &Device::Cpu).unwrap();
+        assert_eq!(back.backbone().config().num_hidden_layers, 1);
+        assert_eq!(values(&back), got);
+        let _ = std::fs::remove_dir_all(&dir);
+        for bad in [0, 4] {
+            let e = ValueModel::from_policy_layers(&p, bad)
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains("`layers`") && e.contains("1..=3"), "{e}");
+        }
     }
 
     /// Writes a reward model and its scores for

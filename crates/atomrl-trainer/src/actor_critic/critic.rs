@@ -62,8 +62,8 @@ pub(crate) struct Critic {
 }
 
 impl Critic {
-    /// The critic of `args` for `policy`: a copy of the policy's transformer with a zero head,
-    /// or `critic.model`'s weights; with `[lora]`, adapters of its own; the policy's compute
+    /// The critic of `args` for `policy`: a copy of the policy's transformer (its first
+    /// `critic.num_layers` layers) with a zero head, or `critic.model`'s weights; with `[lora]`, adapters of its own; the policy's compute
     /// dtype and gradient checkpointing. With `critic.share_backbone`, a zero head on the
     /// policy's own transformer (only the head is this critic's to train).
     pub fn new(args: &GRPOArgs, policy: &CausalLm) -> Result<Self> {
@@ -75,9 +75,20 @@ impl Critic {
             // The policy's transformer, its adapters, dtype and checkpointing included.
             ValueModel::sharing_backbone(policy)?
         } else {
-            let mut model = match &settings.model {
-                Some(dir) => load_critic(dir, policy)?,
-                None => ValueModel::from_policy(policy)?,
+            let mut model = match (&settings.model, settings.num_layers) {
+                (Some(dir), _) => load_critic(dir, policy)?,
+                (None, Some(n)) => ValueModel::from_policy_layers(policy, n).map_err(|_| {
+                    Error::value(
+                        "config",
+                        "critic.num_layers",
+                        format!(
+                            "in 1..={} (the policy's decoder layers)",
+                            policy.config().num_hidden_layers
+                        ),
+                        n,
+                    )
+                })?,
+                (None, None) => ValueModel::from_policy(policy)?,
             };
             if let Some(l) = &args.lora {
                 // Its own seed: the critic's adapters do not start as the actor's.
