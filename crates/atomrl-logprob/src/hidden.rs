@@ -1,12 +1,13 @@
 //! Log-probs from hidden states a caller already has: one forward pass serving both the
 //! policy's log-probs and a value head on the same states (PPO with a shared backbone).
 
-use atomrl_core::{CandleContext, Error, Result};
+use atomrl_core::{Error, Result};
 use atomrl_model::CausalLm;
-use candle_core::{DType, Tensor};
+use candle_core::Tensor;
 
 use crate::action::{score_hidden, ScoreSettings};
-use crate::selective::{check_ids, check_mask, check_temperature, chunk_elements_for};
+use crate::selective::{check_mask, check_temperature, chunk_elements_for};
+use crate::shared_prompt::token_ids;
 use crate::TokenLogProbs;
 
 /// Log-probs (and entropies) of `targets` from the final hidden states that predict them,
@@ -66,16 +67,7 @@ pub fn get_hidden_log_probs(
             return Err(Error::shape(func, arg, format!("[{n}, {t}]"), x.dims()));
         }
     }
-    if targets.dtype().is_float() {
-        return Err(Error::value(
-            func,
-            "targets",
-            "an integer tensor of token ids",
-            format!("{:?}", targets.dtype()),
-        ));
-    }
-    let targets = targets.to_dtype(DType::U32).ctx(func)?;
-    check_ids(func, "targets", &targets, model.config().vocab_size)?;
+    let targets = token_ids(func, "targets", targets, model.config().vocab_size)?;
     let keep = check_mask(func, "keep", keep)?;
     let settings = ScoreSettings {
         temperature,
@@ -91,7 +83,7 @@ mod tests {
 
     use super::*;
     use atomrl_model::{Architecture, ModelConfig};
-    use candle_core::Device;
+    use candle_core::{DType, Device};
 
     fn model() -> CausalLm {
         let c = ModelConfig::new(Architecture::Qwen2, 16, 8, 8, 1, 2, 1).unwrap();

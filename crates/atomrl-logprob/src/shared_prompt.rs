@@ -233,7 +233,7 @@ fn same_dims(func: &str, arg: &str, x: &Tensor, rows: usize, cols: usize) -> Res
 }
 
 /// `ids` as u32, checked to be integers below `vocab`.
-fn token_ids(func: &str, arg: &str, ids: &Tensor, vocab: usize) -> Result<Tensor> {
+pub(crate) fn token_ids(func: &str, arg: &str, ids: &Tensor, vocab: usize) -> Result<Tensor> {
     let ids = integers(func, arg, ids)?;
     check_ids(func, arg, &ids, vocab)?;
     Ok(ids)

@@ -164,7 +164,7 @@ impl ValueModel {
 
     /// `backbone` under a zero head in `layout`.
     fn with_zero_head(backbone: CausalLm, layout: HeadLayout) -> Result<Self> {
-        let func = "ValueModel::from_policy";
+        let func = "ValueModel::with_zero_head";
         let h = backbone.config().hidden_size;
         let zeros = |shape: &[usize]| Var::zeros(shape, DType::F32, backbone.device()).ctx(func);
         Ok(Self {
@@ -198,17 +198,9 @@ impl ValueModel {
     /// # Ok::<(), atomrl_core::Error>(())
     /// ```
     pub fn sharing_backbone(policy: &CausalLm) -> Result<Self> {
-        let func = "ValueModel::sharing_backbone";
-        let h = policy.config().hidden_size;
-        let zeros = |shape: &[usize]| Var::zeros(shape, DType::F32, policy.device()).ctx(func);
-        Ok(Self {
-            weight: zeros(&[1, h])?,
-            bias: zeros(&[1])?,
-            backbone: policy.clone(),
-            layout: HeadLayout::Token,
-            pad_token_id: None,
-            shared: true,
-        })
+        let mut critic = Self::with_zero_head(policy.clone(), HeadLayout::Token)?;
+        critic.shared = true;
+        Ok(critic)
     }
 
     /// Whether the transformer is the policy's own ([`ValueModel::sharing_backbone`]).
