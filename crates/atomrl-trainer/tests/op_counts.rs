@@ -31,7 +31,7 @@ struct Ceiling {
 const CEILINGS: [Ceiling; 7] = [
     ceiling("decode.step", 115, 11.35),
     ceiling("train.forward", 151, 18.19),
-    ceiling("train.backward", 775, 111.9),
+    ceiling("train.backward", 215, 28.27),
     ceiling("grads.accumulate", 10, 3.51),
     ceiling("grads.clip", 42, 14.07),
     ceiling("optimizer.step", 1, 0.01),
