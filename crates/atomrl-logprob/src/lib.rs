@@ -46,4 +46,7 @@ pub use selective::{
     DEFAULT_CHUNK_ELEMENTS, MAX_DEVICE_CHUNK_ELEMENTS,
 };
 pub use sequence::{get_sequence_log_probs, SequenceBatch, SequenceLogProbs};
-pub use shared_prompt::{get_shared_prompt_hidden, get_shared_prompt_log_probs, SharedPromptBatch};
+pub use shared_prompt::{
+    get_shared_prompt_hidden, get_shared_prompt_last_hidden, get_shared_prompt_log_probs,
+    SharedPromptBatch,
+};

@@ -1,7 +1,7 @@
 //! Log-probabilities of completions that share prompts, with one forward pass per prompt.
 
 use atomrl_core::{CandleContext, Error, Result};
-use atomrl_model::{CausalLm, ForwardInput};
+use atomrl_model::{CausalLm, ForwardInput, KvCache};
 use candle_core::{DType, Tensor};
 
 use crate::action::{score_hidden, ScoreSettings};
@@ -108,7 +108,7 @@ pub fn get_shared_prompt_log_probs(
 ///
 /// ```
 /// use atomrl_logprob::{get_shared_prompt_hidden, SharedPromptBatch};
-/// use atomrl_model::{CausalLm, ForwardInput};
+/// use atomrl_model::{CausalLm, ForwardInput, KvCache};
 /// use candle_core::{DType, Device, Tensor};
 /// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
 /// let model = CausalLm::from_hf_dir(dir, DType::F32, &Device::Cpu)?;
@@ -131,12 +131,107 @@ pub fn get_shared_prompt_hidden(model: &CausalLm, batch: &SharedPromptBatch) -> 
     Ok(shared_prompt_states("get_shared_prompt_hidden", model, batch)?.0)
 }
 
+/// Each completion's final hidden state at its last real token, `[N, H]`, with each prompt run
+/// through the model once: what a reward model's head reads (transformers'
+/// `ForSequenceClassification` pools the last non-pad token). Row `i` equals the state
+/// [`CausalLm::forward_hidden`] gives at the last real position of the joined row
+/// `prompt_ids[prompt_index[i]] ++ completion_ids[i]` (the prompt's last token for a completion
+/// of padding alone). Differentiable.
+///
+/// A reward model scores both sides of each preference pair, and GRPO's G completions of each
+/// prompt: run row by row, every prompt goes through the model twice (G times); here once.
+///
+/// # Errors
+/// As [`get_shared_prompt_log_probs`].
+///
+/// ```
+/// use atomrl_logprob::{get_shared_prompt_last_hidden, SharedPromptBatch};
+/// use atomrl_model::{CausalLm, ForwardInput, KvCache};
+/// use candle_core::{DType, Device, Tensor};
+/// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+/// let model = CausalLm::from_hf_dir(dir, DType::F32, &Device::Cpu)?;
+/// let d = Device::Cpu;
+/// // One prompt [5, 6]; completions [7, 8] and [9] (right-padded).
+/// let shared = SharedPromptBatch {
+///     prompt_ids: Tensor::new(&[[5u32, 6]], &d)?,
+///     prompt_mask: Tensor::new(&[[1u32, 1]], &d)?,
+///     completion_ids: Tensor::new(&[[7u32, 8], [9, 0]], &d)?,
+///     completion_mask: Tensor::new(&[[1u32, 1], [1, 0]], &d)?,
+///     prompt_index: Tensor::new(&[0u32, 0], &d)?,
+/// };
+/// let h = get_shared_prompt_last_hidden(&model, &shared)?;
+/// // The state after [5, 6, 7, 8] and the state after [5, 6, 9].
+/// let full = model.forward_hidden(&ForwardInput::new(Tensor::new(&[[5u32, 6, 7, 8]], &d)?), None)?;
+/// let diff = (h.get(0)? - full.get(0)?.get(3)?)?.abs()?.max_all()?.to_scalar::<f32>()?;
+/// assert!(diff < 1e-5);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn get_shared_prompt_last_hidden(
+    model: &CausalLm,
+    batch: &SharedPromptBatch,
+) -> Result<Tensor> {
+    let func = "get_shared_prompt_last_hidden";
+    let checked = check_batch(func, model, batch)?;
+    let t = checked.completion_ids.dim(1).ctx(func)?;
+    let (prompt_last, mut cache) = prompt_pass(func, model, &checked)?;
+    let completions = completion_pass(func, model, &checked, &mut cache, t)?;
+    // Position 0 is the prompt's last token, 1 + j completion token j: the row's last real
+    // token is at 1 + (its last completion position), or 0 for an all-padding completion.
+    let states = Tensor::cat(&[prompt_last, completions], 1).ctx(func)?;
+    let mask: Vec<Vec<f32>> = checked
+        .completion_mask
+        .to_dtype(DType::F32)
+        .and_then(|m| m.to_vec2())
+        .ctx(func)?;
+    let flat: Vec<u32> = mask
+        .iter()
+        .enumerate()
+        .map(|(i, row)| {
+            let last = row.iter().rposition(|&m| m != 0.0).map_or(0, |j| j + 1);
+            (i * (t + 1) + last) as u32
+        })
+        .collect();
+    let n = flat.len();
+    let hidden = states.dim(2).ctx(func)?;
+    let index = Tensor::new(flat, states.device()).ctx(func)?;
+    states
+        .reshape((n * (t + 1), hidden))
+        .and_then(|s| s.index_select(&index, 0))
+        .ctx(func)
+}
+
+/// A [`SharedPromptBatch`] whose shapes, ids, masks and prompt rows were checked.
+struct CheckedBatch {
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    /// `prompt_index` as u32.
+    index: Tensor,
+}
+
 /// The checked batch's predicting hidden states `[N, T, H]`, completion ids and mask.
 fn shared_prompt_states(
     func: &str,
     model: &CausalLm,
     batch: &SharedPromptBatch,
 ) -> Result<(Tensor, Tensor, Tensor)> {
+    let checked = check_batch(func, model, batch)?;
+    let t = checked.completion_ids.dim(1).ctx(func)?;
+    let (prompt_last, mut cache) = prompt_pass(func, model, &checked)?;
+    // The last prompt position scores the first completion token.
+    let mut scoring = vec![prompt_last];
+    if t > 1 {
+        // The last completion token is only a target: its hidden state is never needed.
+        scoring.push(completion_pass(func, model, &checked, &mut cache, t - 1)?);
+    }
+    let hidden = Tensor::cat(&scoring, 1).ctx(func)?;
+    Ok((hidden, checked.completion_ids, checked.completion_mask))
+}
+
+/// Checks `batch` against `model`: shapes, token ids below the vocabulary, 0/1 masks,
+/// left-padded prompts, prompt rows in range.
+fn check_batch(func: &str, model: &CausalLm, batch: &SharedPromptBatch) -> Result<CheckedBatch> {
     let vocab = model.config().vocab_size;
     let (k, p) = dims2(
         func,
@@ -179,36 +274,55 @@ fn shared_prompt_states(
             last_column[row],
         ));
     }
+    Ok(CheckedBatch {
+        prompt_ids,
+        prompt_mask,
+        completion_ids,
+        completion_mask,
+        index,
+    })
+}
 
+/// The prompts through the model once: each completion's row of the prompts' last hidden
+/// state `[N, 1, H]`, and the prompts' key/value cache.
+fn prompt_pass(func: &str, model: &CausalLm, b: &CheckedBatch) -> Result<(Tensor, KvCache)> {
+    let p = b.prompt_ids.dim(1).ctx(func)?;
     let mut cache = model.new_kv_cache();
     let prompt_hidden = model.forward_hidden(
-        &ForwardInput::new(prompt_ids).with_attention_mask(prompt_mask.clone()),
+        &ForwardInput::new(b.prompt_ids.clone()).with_attention_mask(b.prompt_mask.clone()),
         Some(&mut cache),
     )?;
-    // The last prompt position scores the first completion token.
-    let mut scoring = vec![prompt_hidden
+    let last = prompt_hidden
         .narrow(1, p - 1, 1)
-        .and_then(|h| h.contiguous()?.index_select(&index, 0))
-        .ctx(func)?];
-    if t > 1 {
-        // The last completion token is only a target: its hidden state is never needed.
-        let mut rows_cache = cache.index_select(&index)?;
-        let mask = Tensor::cat(
-            &[
-                prompt_mask.index_select(&index, 0).ctx(func)?,
-                completion_mask.narrow(1, 0, t - 1).ctx(func)?,
-            ],
-            1,
-        )
+        .and_then(|h| h.contiguous()?.index_select(&b.index, 0))
         .ctx(func)?;
-        let inputs = completion_ids.narrow(1, 0, t - 1).ctx(func)?;
-        scoring.push(model.forward_hidden(
-            &ForwardInput::new(inputs).with_attention_mask(mask),
-            Some(&mut rows_cache),
-        )?);
-    }
-    let hidden = Tensor::cat(&scoring, 1).ctx(func)?;
-    Ok((hidden, completion_ids, completion_mask))
+    Ok((last, cache))
+}
+
+/// The first `len` completion tokens of every row through the model after its prompt's cached
+/// keys and values (gathered to the completions' rows; the gather's backward adds the rows'
+/// gradients into the one prompt pass): their hidden states `[N, len, H]`.
+fn completion_pass(
+    func: &str,
+    model: &CausalLm,
+    b: &CheckedBatch,
+    cache: &mut KvCache,
+    len: usize,
+) -> Result<Tensor> {
+    let mut rows_cache = cache.index_select(&b.index)?;
+    let mask = Tensor::cat(
+        &[
+            b.prompt_mask.index_select(&b.index, 0).ctx(func)?,
+            b.completion_mask.narrow(1, 0, len).ctx(func)?,
+        ],
+        1,
+    )
+    .ctx(func)?;
+    let inputs = b.completion_ids.narrow(1, 0, len).ctx(func)?;
+    model.forward_hidden(
+        &ForwardInput::new(inputs).with_attention_mask(mask),
+        Some(&mut rows_cache),
+    )
 }
 
 /// `(rows, columns)` of a rank-2 tensor with at least one column.

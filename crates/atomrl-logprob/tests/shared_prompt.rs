@@ -2,8 +2,11 @@
 //! on the concatenated rows (which the transformers golden cases pin down).
 #![allow(clippy::unwrap_used)]
 
-use atomrl_logprob::{get_action_log_probs, get_shared_prompt_log_probs, SharedPromptBatch};
-use atomrl_model::CausalLm;
+use atomrl_logprob::{
+    get_action_log_probs, get_shared_prompt_last_hidden, get_shared_prompt_log_probs,
+    SharedPromptBatch,
+};
+use atomrl_model::{CausalLm, ForwardInput};
 use candle_core::{DType, Device, Tensor};
 
 fn model(name: &str) -> CausalLm {
@@ -86,6 +89,26 @@ fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
         .unwrap()
 }
 
+/// The gradients of losses `a` and `b` agree on every trainable variable of `m`, to 1e-5 of
+/// each gradient's size.
+fn assert_same_gradients(m: &CausalLm, a: &Tensor, b: &Tensor) {
+    let (ga, gb) = (a.backward().unwrap(), b.backward().unwrap());
+    let mut compared = 0;
+    for var in m.trainable_vars() {
+        let (x, y) = (ga.get(&var).unwrap(), gb.get(&var).unwrap());
+        let scale = y
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(max_abs_diff(x, y) <= 1e-5 * scale.max(1.0));
+        compared += 1;
+    }
+    assert!(compared > 10);
+}
+
 #[test]
 fn log_probs_and_entropies_match_the_row_by_row_forward() {
     for name in ["tiny-qwen2", "tiny-qwen3"] {
@@ -129,21 +152,7 @@ fn gradients_match_the_row_by_row_forward() {
             .unwrap()
             .log_probs,
     );
-    let (ga, gb) = (a.backward().unwrap(), b.backward().unwrap());
-    let mut compared = 0;
-    for var in m.trainable_vars() {
-        let (x, y) = (ga.get(&var).unwrap(), gb.get(&var).unwrap());
-        let scale = y
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
-        assert!(max_abs_diff(x, y) <= 1e-5 * scale.max(1.0));
-        compared += 1;
-    }
-    assert!(compared > 10);
+    assert_same_gradients(&m, &a, &b);
 }
 
 #[test]
@@ -169,4 +178,75 @@ fn bad_input_names_the_argument() {
     let mut b = shared;
     b.completion_ids = Tensor::new(&[[9999u32; 3]; 5], &d).unwrap();
     assert!(err(b).contains("completion_ids[0, 0]"));
+}
+
+/// The padded rows' hidden state at each row's last real token `[N, H]` (what a reward model
+/// pools), from the row-by-row forward.
+fn last_real_states(m: &CausalLm, ids: &Tensor, mask: &Tensor) -> Tensor {
+    let input = ForwardInput::new(ids.clone()).with_attention_mask(mask.clone());
+    let hidden = m.forward_hidden(&input, None).unwrap();
+    let rows: Vec<Vec<u32>> = mask.to_vec2().unwrap();
+    let states: Vec<Tensor> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let last = r.iter().rposition(|&x| x != 0).unwrap();
+            hidden.get(i).unwrap().get(last).unwrap()
+        })
+        .collect();
+    Tensor::stack(&states, 0).unwrap()
+}
+
+#[test]
+fn last_hidden_states_match_the_row_by_row_forward() {
+    for name in ["tiny-qwen2", "tiny-qwen3"] {
+        let m = model(name);
+        let (shared, ids, mask) = grouped();
+        let a = get_shared_prompt_last_hidden(&m, &shared).unwrap();
+        let b = last_real_states(&m, &ids, &mask);
+        assert_eq!(a.dims(), b.dims());
+        assert!(max_rel_diff(&a, &b) < 1e-5, "{name}");
+    }
+}
+
+#[test]
+fn a_completion_of_padding_alone_reads_the_prompts_last_token() {
+    let m = model("tiny-qwen2");
+    let (mut shared, ids, mask) = grouped();
+    // Row 2 (prompt 0, completion [51]) loses its one completion token.
+    let mut cm: Vec<Vec<u32>> = shared.completion_mask.to_vec2().unwrap();
+    cm[2][0] = 0;
+    shared.completion_mask = Tensor::new(cm, &Device::Cpu).unwrap();
+    let a = get_shared_prompt_last_hidden(&m, &shared).unwrap();
+    let b = last_real_states(&m, &ids, &mask);
+    let prompt_only = m
+        .forward_hidden(
+            &ForwardInput::new(Tensor::new(&[[11u32, 12, 13, 14]], &Device::Cpu).unwrap()),
+            None,
+        )
+        .unwrap()
+        .get(0)
+        .unwrap()
+        .get(3)
+        .unwrap();
+    assert!(max_rel_diff(&a.get(2).unwrap(), &prompt_only) < 1e-5);
+    for row in [0, 1, 3, 4] {
+        assert!(max_rel_diff(&a.get(row).unwrap(), &b.get(row).unwrap()) < 1e-5);
+    }
+}
+
+#[test]
+fn last_hidden_gradients_match_the_row_by_row_forward() {
+    let m = model("tiny-qwen2");
+    let (shared, ids, mask) = grouped();
+    let h = m.config().hidden_size;
+    // A fixed projection of each state, different per row, as a reward head would apply.
+    let w: Vec<f32> = (0..5 * h)
+        .map(|i| ((i * 7 % 13) as f32 - 6.0) / 6.0)
+        .collect();
+    let w = Tensor::from_vec(w, (5, h), &Device::Cpu).unwrap();
+    let loss = |x: Tensor| x.mul(&w).unwrap().sum_all().unwrap();
+    let a = loss(get_shared_prompt_last_hidden(&m, &shared).unwrap());
+    let b = loss(last_real_states(&m, &ids, &mask));
+    assert_same_gradients(&m, &a, &b);
 }

@@ -128,6 +128,9 @@ pub const EVAL_COMPLETION_LENGTH: &str = "eval/completion_length";
 pub const EVAL_LOSS: &str = "eval/loss";
 /// Share of held-out preference pairs ranked right (DPO, reward models).
 pub const EVAL_PAIR_ACCURACY: &str = "eval/pair_accuracy";
+/// Standard deviation of a reward model's scores over both sides of its held-out pairs (the
+/// spread an RL recipe's advantages inherit from it).
+pub const EVAL_SCORE_STD: &str = "eval/score_std";
 /// Held-out mean tool calls per completion (runs with tools).
 pub const EVAL_TOOLS_CALLS_PER_COMPLETION: &str = "eval/tools/calls_per_completion";
 /// Held-out share of failed tool calls (runs with tools).

@@ -34,6 +34,9 @@ pub struct EvalResult {
     /// Share of held-out preference pairs ranked right (DPO's implicit rewards, a reward
     /// model's scores).
     pub pair_accuracy: Option<f64>,
+    /// A reward model's held-out scores: their standard deviation over both sides of every
+    /// pair.
+    pub score_std: Option<f64>,
     /// With tools: mean tool calls per completion.
     pub tool_calls: Option<f64>,
     /// With tools: the share of calls that failed.
@@ -57,6 +60,7 @@ impl EvalResult {
             samples: Vec::new(),
             loss: None,
             pair_accuracy: None,
+            score_std: None,
             tool_calls: None,
             tool_error_rate: None,
         }
@@ -136,6 +140,7 @@ pub fn evaluate(d: &EvalData<'_>, workers: usize, comm: &dyn Collective) -> Resu
         samples: total.samples,
         loss: None,
         pair_accuracy: None,
+        score_std: None,
         tool_calls: d.tools.map(|_| total.calls / n),
         tool_error_rate: d.tools.map(|_| total.failed_calls / total.calls.max(1.0)),
     })

@@ -37,6 +37,7 @@ mod pairs;
 pub mod parallel;
 pub mod prompt;
 pub mod rollout;
+mod sequence_scores;
 pub mod summary;
 
 pub use critic::{
@@ -53,6 +54,7 @@ pub use pairs::{
 };
 pub use prompt::{EncodedPrompt, PromptEncoder};
 pub use rollout::RolloutContext;
+pub use sequence_scores::experience_scores;
 pub use summary::{RolloutSummary, ToolSummary};
 
 /// The README's example, run as a doctest.

@@ -123,7 +123,7 @@ impl RewardFn for ModelReward {
                 pad,
                 model.device(),
             )?;
-            let s = model.sequence_scores(&exp.input_ids, &exp.attention_mask)?;
+            let s = crate::experience_scores(model, &exp)?;
             scores.extend(s.to_vec1::<f32>().ctx(func)?);
         }
         Tensor::new(scores, &Device::Cpu).ctx(func)

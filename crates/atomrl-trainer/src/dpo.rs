@@ -195,7 +195,7 @@ impl RecipeStep for DpoStep {
         Ok(HeldOut {
             loss: measured.map(|m| m.0),
             pair_accuracy: measured.map(|m| m.1),
-            generation: true,
+            ..HeldOut::default()
         })
     }
 }

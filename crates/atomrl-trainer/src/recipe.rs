@@ -121,6 +121,8 @@ pub(crate) trait RecipeStep: Send {
 pub(crate) struct HeldOut {
     pub loss: Option<f64>,
     pub pair_accuracy: Option<f64>,
+    /// A reward model's held-out score spread ([`atomrl_rollout::EvalResult::score_std`]).
+    pub score_std: Option<f64>,
     /// Greedy decoding of the held-out prompts measures this recipe's model.
     pub generation: bool,
 }
@@ -130,6 +132,7 @@ impl Default for HeldOut {
         Self {
             loss: None,
             pair_accuracy: None,
+            score_std: None,
             generation: true,
         }
     }

@@ -11,7 +11,7 @@ use atomrl_core::shape::scalar_f64;
 use atomrl_core::{CandleContext, Error, Result};
 use atomrl_loss::compute_reward_model_loss;
 use atomrl_model::{CausalLm, HeadLayout, ValueModel};
-use atomrl_rollout::{pair_margins, split_pairs, Experience};
+use atomrl_rollout::{experience_scores, pair_margins, split_pairs, Experience};
 use candle_core::{Tensor, Var};
 
 use crate::accumulate::{accumulate_and_step, MicroStatistics, StepSettings};
@@ -170,18 +170,22 @@ impl RecipeStep for RewardModelStep {
             .load(&from.join(crate::checkpoint::OPTIMIZER_FILE))
     }
 
-    /// The held-out pairs: their mean loss (`eval/loss`) and the share the scores rank right
-    /// (`eval/pair_accuracy`); no decoding (the policy is not what this recipe trains).
+    /// The held-out pairs: their mean loss (`eval/loss`), the share the scores rank right
+    /// (`eval/pair_accuracy`) and the scores' spread (`eval/score_std`); no decoding (the
+    /// policy is not what this recipe trains).
     fn held_out(&self, run: &RunData, state: &TrainState) -> Result<HeldOut> {
+        let mut all = ScoreStats::default();
         let measured = held_out_pairs(run, state, |exp, total| {
             let Some((loss, s)) = pair_score_loss(&self.model, &exp, total, self.center)? else {
                 return Ok(None);
             };
+            all = all.add(&s);
             Ok(Some((scalar_f64(FUNC, &loss)?, s.correct)))
         })?;
         Ok(HeldOut {
             loss: measured.map(|m| m.0),
             pair_accuracy: measured.map(|m| m.1),
+            score_std: measured.map(|_| all.score_std()),
             generation: false,
         })
     }
@@ -194,6 +198,8 @@ struct ScoreStats {
     chosen: f64,
     rejected: f64,
     correct: f64,
+    /// Sum of both sides' squared scores.
+    squares: f64,
 }
 
 impl ScoreStats {
@@ -203,7 +209,15 @@ impl ScoreStats {
             chosen: self.chosen + o.chosen,
             rejected: self.rejected + o.rejected,
             correct: self.correct + o.correct,
+            squares: self.squares + o.squares,
         }
+    }
+
+    /// The population standard deviation of the scores of both sides (NaN without a pair).
+    fn score_std(&self) -> f64 {
+        let n = 2.0 * self.pairs;
+        let mean = (self.chosen + self.rejected) / n;
+        (self.squares / n - mean * mean).max(0.0).sqrt()
     }
 
     /// `rewards/chosen`, `rewards/rejected` (mean scores), `rewards/accuracies`,
@@ -226,7 +240,13 @@ impl ScoreStats {
 
 impl MicroStatistics for ScoreStats {
     fn to_f64s(&self) -> Vec<f64> {
-        vec![self.pairs, self.chosen, self.rejected, self.correct]
+        vec![
+            self.pairs,
+            self.chosen,
+            self.rejected,
+            self.correct,
+            self.squares,
+        ]
     }
 
     fn from_f64s(v: &[f64]) -> Self {
@@ -236,6 +256,7 @@ impl MicroStatistics for ScoreStats {
             chosen: at(1),
             rejected: at(2),
             correct: at(3),
+            squares: at(4),
         }
     }
 }
@@ -250,7 +271,7 @@ fn pair_score_loss(
     center: Option<f64>,
 ) -> Result<Option<(Tensor, ScoreStats)>> {
     debug_assert_eq!(model.layout(), HeadLayout::Sequence);
-    let scores = model.sequence_scores(&mb.input_ids, &mb.attention_mask)?;
+    let scores = experience_scores(model, mb)?;
     let host: Vec<f32> = scores.to_vec1().ctx(FUNC)?;
     if host.iter().any(|v| !v.is_finite()) {
         return Ok(None);
@@ -275,6 +296,7 @@ fn pair_score_loss(
         chosen: side(0),
         rejected: side(1),
         correct: out.accuracy * n,
+        squares: host.iter().map(|&v| f64::from(v).powi(2)).sum(),
     };
     Ok(Some((loss, stats)))
 }

@@ -543,6 +543,7 @@ impl Trainer {
         };
         r.loss = held.loss;
         r.pair_accuracy = held.pair_accuracy;
+        r.score_std = held.score_std;
         Ok(r)
     }
 
@@ -680,6 +681,9 @@ fn push_eval(row: &mut MetricRow, r: &EvalResult) {
     }
     if let Some(accuracy) = r.pair_accuracy {
         row.push(keys::EVAL_PAIR_ACCURACY, accuracy);
+    }
+    if let Some(spread) = r.score_std {
+        row.push(keys::EVAL_SCORE_STD, spread);
     }
     if let Some(calls) = r.tool_calls {
         row.push(keys::EVAL_TOOLS_CALLS_PER_COMPLETION, calls);

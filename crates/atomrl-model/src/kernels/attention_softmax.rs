@@ -51,13 +51,14 @@ impl AttentionSoftmax {
                 *p = t;
                 max = num_traits::Float::max(max, t);
             }
-            // exp underflows to exactly 0 below about −104 (f32) or −745 (f64); masked keys sit
-            // ~1e9 below the max, and libm's slow underflow path was 3% of a training step.
-            let floor = T::from(-746.0).unwrap_or_else(T::min_value);
-            let mut sum = T::zero();
             for p in p.iter_mut() {
-                let z = *p - max;
-                *p = if z < floor { T::zero() } else { z.exp() };
+                *p -= max;
+            }
+            // Masked keys sit ~1e9 below the max: their exponential is exactly 0 (f32's SIMD
+            // exp returns 0 below the normal range without touching subnormals).
+            T::exp_in_place(p);
+            let mut sum = T::zero();
+            for p in p.iter() {
                 sum += *p;
             }
             for p in p.iter_mut() {

@@ -23,6 +23,7 @@ mod attention_softmax;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod decode;
+mod exp;
 mod rms_norm;
 mod rope;
 mod swiglu;
@@ -39,11 +40,28 @@ use rayon::prelude::*;
 
 /// The float types the kernels are written for.
 pub(crate) trait Real:
-    Float + WithDType + Send + Sync + std::ops::AddAssign + std::ops::DivAssign
+    Float + WithDType + Send + Sync + std::ops::AddAssign + std::ops::SubAssign + std::ops::DivAssign
 {
+    /// Replaces each element by its exponential: SIMD for f32 ([`exp::exp_in_place`]), libm
+    /// for f64 (the precision the gradient checks compare at).
+    fn exp_in_place(xs: &mut [Self]);
 }
-impl Real for f32 {}
-impl Real for f64 {}
+
+impl Real for f32 {
+    fn exp_in_place(xs: &mut [Self]) {
+        exp::exp_in_place(xs);
+    }
+}
+
+impl Real for f64 {
+    fn exp_in_place(xs: &mut [Self]) {
+        for x in xs {
+            // exp underflows to exactly 0 below about −745; masked attention scores sit ~1e9
+            // below the row's max, and libm's underflow path is slow.
+            *x = if *x < -746.0 { 0.0 } else { x.exp() };
+        }
+    }
+}
 
 /// Whether the fused kernels handle tensors like `t`: f32 or f64 on the CPU; f32, bf16 or f16
 /// on CUDA with the `cuda` feature, unless `ATOMRL_CUDA_FUSED=0`

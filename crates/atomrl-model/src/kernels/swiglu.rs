@@ -7,27 +7,34 @@ use super::{slice, with_elements, Real};
 
 struct SwiGlu;
 
-/// `σ(g)` and `silu(g)` as candle computes the latter (`g / (1 + e^(−g))`).
-fn sigmoid_silu<T: Real>(g: T) -> (T, T) {
-    let den = (-g).exp() + T::one();
-    (T::one() / den, g / den)
+/// `e^(−g)` of every gate element (vectorised for f32: [`Real::exp_in_place`]).
+fn exp_neg<T: Real>(gate: &[T]) -> Vec<T> {
+    let mut e: Vec<T> = gate.iter().map(|&g| -g).collect();
+    T::exp_in_place(&mut e);
+    e
 }
 
+/// `silu(g) · u` with `silu(g) = g / (1 + e^(−g))`, as candle computes silu.
 fn forward<T: Real>(gate: &[T], up: &[T]) -> Vec<T> {
-    gate.iter()
-        .zip(up)
-        .map(|(&g, &u)| sigmoid_silu(g).1 * u)
-        .collect()
+    let mut out = exp_neg(gate);
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = g / (*o + T::one()) * u;
+    }
+    out
 }
 
 /// `d gate = G · up · σ(g)(1 + g(1 − σ(g)))`, `d up = G · silu(g)`.
 fn backward<T: Real>(gate: &[T], up: &[T], grad: &[T]) -> (Vec<T>, Vec<T>) {
-    let mut dg = Vec::with_capacity(gate.len());
-    let mut du = Vec::with_capacity(gate.len());
-    for ((&g, &u), &gr) in gate.iter().zip(up).zip(grad) {
-        let (s, silu) = sigmoid_silu(g);
-        dg.push(gr * u * (s * (T::one() + g * (T::one() - s))));
-        du.push(gr * silu);
+    let mut dg = exp_neg(gate);
+    let du: Vec<T> = dg
+        .iter()
+        .zip(gate)
+        .zip(grad)
+        .map(|((&e, &g), &gr)| gr * (g / (e + T::one())))
+        .collect();
+    for (((d, &g), &u), &gr) in dg.iter_mut().zip(gate).zip(up).zip(grad) {
+        let s = T::one() / (*d + T::one());
+        *d = gr * u * (s * (T::one() + g * (T::one() - s)));
     }
     (dg, du)
 }
