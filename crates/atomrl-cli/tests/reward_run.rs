@@ -68,6 +68,14 @@ fn a_reward_model_learns_the_pairs_and_saves_as_a_sequence_classifier() {
     );
     assert!(*eval.last().unwrap() >= 0.75, "{eval:?}");
     assert!(losses.last().unwrap() < &losses[0], "{losses:?}");
+    // The zero head's scores do not spread; the trained head's do.
+    let spread: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| r.get("eval/score_std"))
+        .collect();
+    assert_eq!(spread.len(), eval.len(), "{spread:?}");
+    assert_eq!(spread[0], 0.0);
+    assert!(*spread.last().unwrap() > 0.0, "{spread:?}");
     for r in rows
         .iter()
         .filter(|r| r.step > 0 && r.get("pairs").is_some())
