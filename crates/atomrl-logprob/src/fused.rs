@@ -46,7 +46,7 @@ impl Shifted {
         };
         let max = x.max_keepdim(D::Minus1)?;
         let shifted = x.broadcast_sub(&max)?;
-        let exp = shifted.exp()?;
+        let exp = atomrl_model::exp_detached(&shifted)?;
         let sum = exp.sum_keepdim(D::Minus1)?;
         let log_sum = sum.log()?;
         Ok(Self {

@@ -56,6 +56,7 @@ pub use cache::KvCache;
 pub use config::{Architecture, ModelConfig};
 pub use hub::{hub_cache_dir, resolve_hub_snapshot};
 pub use input::{position_ids_from_mask, ForwardInput, MASK_VALUE};
+pub use kernels::exp_detached;
 pub use lora::{LoraConfig, ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, LORA_TARGETS};
 pub use model::CausalLm;
 pub use model_dir_arg::model_dir_arg;

@@ -28,8 +28,12 @@ use crate::data::{DataSource, Example};
 /// with the number of page faults (9 vs 11–12 million), and with every buffer in the retained
 /// heap it takes 13.2–13.9 s every time with 4 million faults and the same peak memory
 /// (2-core AMD EPYC; on a 2-core Intel Xeon the same setting gave 24.4 → 20.6 s,
-/// docs/performance.md). Call once at the start of `main`; a no-op on platforms other than
-/// Linux with glibc.
+/// docs/performance.md). Trimming is off altogether (`M_TRIM_THRESHOLD = -1`, mallopt(3)):
+/// the largest threshold an `int` can say is 2 GiB, and at 0.5B the memory freed at the end
+/// of a step (activations, gradients) joins into a top chunk larger than that, which glibc
+/// then gave back to the OS, so every step faulted its buffers in again (Intel Xeon: 21% of
+/// the step in the kernel zeroing pages, 17.5–18.6 s → 14.2–15.5 s a step without it).
+/// Call once at the start of `main`; a no-op on platforms other than Linux with glibc.
 pub fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[allow(unsafe_code)]
@@ -39,7 +43,7 @@ pub fn tune_allocator() {
         unsafe {
             libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
             libc::mallopt(libc::M_MMAP_MAX, 0);
-            libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, -1);
             libc::mallopt(libc::M_ARENA_MAX, 1);
         }
     }

@@ -16,6 +16,9 @@
 //! normal f32 (`x < −87.34`, where libm returns subnormals down to `x ≈ −104`) are 0, which
 //! also keeps the CPU off its slow subnormal path for masked attention scores.
 
+use candle_core::{DType, Result, Tensor};
+use rayon::prelude::*;
+
 /// ln(f32::MIN_POSITIVE): below this `e^x` is not a normal f32 and is returned as 0.
 const LOWEST: f32 = -87.336_55;
 /// Above this `e^x` overflows to +inf (the clamp keeps `n` in range; the product overflows).
@@ -99,6 +102,40 @@ pub(crate) fn exp_in_place(xs: &mut [f32]) {
     exp_loop(xs);
 }
 
+/// `e^x` of every element of `xs`, `[any shape]` → the same shape, without a graph.
+///
+/// On the CPU in f32 this is the vectorised exp of this module (≤ 2 ulp; 0 below −87.34,
+/// where libm returns subnormals), split over candle's threads for large tensors as candle's
+/// own unary ops are; every other dtype and device takes candle's `exp`. For the softmax over a
+/// vocabulary (atomrl-logprob's selective log-softmax), where libm's `expf` was the largest
+/// cost after the matmuls.
+///
+/// # Errors
+/// The tensor cannot be read (candle's error).
+///
+/// # Example
+/// ```
+/// use candle_core::{Device, Tensor};
+/// let x = Tensor::new(&[0f32, 1.0, -100.0], &Device::Cpu)?;
+/// let e = atomrl_model::exp_detached(&x)?.to_vec1::<f32>()?;
+/// assert!((e[0] - 1.0).abs() < 1e-7 && (e[1] - std::f32::consts::E).abs() < 1e-6);
+/// assert_eq!(e[2], 0.0);
+/// # Ok::<(), candle_core::Error>(())
+/// ```
+pub fn exp_detached(xs: &Tensor) -> Result<Tensor> {
+    if !(xs.device().is_cpu() && xs.dtype() == DType::F32) {
+        return xs.detach().exp();
+    }
+    let mut values = xs.flatten_all()?.to_vec1::<f32>()?;
+    const CHUNK: usize = 1 << 14;
+    if candle_core::utils::get_num_threads() > 1 && values.len() >= 4 * CHUNK {
+        values.par_chunks_mut(CHUNK).for_each(exp_in_place);
+    } else {
+        exp_in_place(&mut values);
+    }
+    Tensor::from_vec(values, xs.shape(), xs.device())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,5 +212,31 @@ mod tests {
             };
             assert_eq!(bits(&portable), bits(&avx2));
         }
+    }
+
+    /// The tensor form keeps the shape, is the slice loop's bits whether or not it splits
+    /// over threads, and leaves f64 to libm.
+    #[test]
+    fn the_tensor_form_is_the_slice_loop_in_any_shape() {
+        use candle_core::{Device, Tensor};
+        let n = 2 * 3 * 16_500;
+        let xs: Vec<f32> = (0..n).map(|i| (i % 4001) as f32 * 0.05 - 100.0).collect();
+        let t = Tensor::from_vec(xs.clone(), (2, 3, 16_500), &Device::Cpu).unwrap();
+        let got = exp_detached(&t).unwrap();
+        assert_eq!(got.dims(), t.dims());
+        let mut want = xs;
+        exp_loop(&mut want);
+        let got: Vec<u32> = got
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_bits())
+            .collect();
+        assert_eq!(got, want.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+        let t64 = Tensor::new(&[0.5f64, -800.0], &Device::Cpu).unwrap();
+        let e64 = exp_detached(&t64).unwrap().to_vec1::<f64>().unwrap();
+        assert_eq!(e64, vec![0.5f64.exp(), 0.0]);
     }
 }
