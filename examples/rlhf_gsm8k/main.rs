@@ -57,7 +57,7 @@ struct Cli {
     #[arg(long, default_value_t = 8)]
     pairs_per_prompt: usize,
     /// Optimizer steps of the reward model.
-    #[arg(long, default_value_t = 1200)]
+    #[arg(long, default_value_t = 800)]
     reward_steps: usize,
     /// Pairs per optimizer step of the reward model.
     #[arg(long, default_value_t = 64)]
