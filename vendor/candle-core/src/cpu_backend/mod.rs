@@ -344,6 +344,21 @@ impl ReduceSum<'_> {
                     }
                     return Ok(dst);
                 };
+                // AtomRL: reducing over the leading dimensions (the gradient of a broadcast
+                // bias, `[N, L, D] -> [D]`) adds whole rows into `dst`, in the same order as
+                // the loop below adds single elements, so the sums are the same bits; the loop
+                // paid a divmod per element and per reduced dimension.
+                let reduce_over_first_dims =
+                    self.reduce_dims.iter().enumerate().all(|(i, &v)| v == i);
+                if reduce_over_first_dims && !dst.is_empty() {
+                    let inner = dst.len();
+                    for row in src.chunks_exact(inner) {
+                        for (d, &s) in dst.iter_mut().zip(row) {
+                            *d += s;
+                        }
+                    }
+                    return Ok(dst);
+                }
                 for (unstr_index, &src) in src.iter().enumerate() {
                     let mut dst_index = unstr_index;
                     // Set the reduce_dims indexes to 0.
@@ -1478,7 +1493,17 @@ impl Map2 for MatMul {
         let dst_rs = dst_strides[0];
         let dst_cs = dst_strides[1];
 
-        let mut dst = vec![T::zero(); b * m * n];
+        // AtomRL: gemm with `read_dst = false` writes every element of every batch's m × n
+        // block below when k > 0, so the output is not zero-filled first (a memset of every
+        // matmul's output was ~3% of a small model's training step).
+        let dst_len = b * m * n;
+        let mut dst = if k == 0 {
+            vec![T::zero(); dst_len]
+        } else {
+            let mut dst = Vec::with_capacity(dst_len);
+            unsafe { dst.set_len(dst_len) };
+            dst
+        };
         let num_threads = crate::utils::get_num_threads();
         let parallelism = if num_threads > 1 {
             Parallelism::Rayon(num_threads)
