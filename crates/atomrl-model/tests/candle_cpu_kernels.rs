@@ -15,8 +15,8 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// The column sums of a row-major `[outer, inner]` buffer (a sum over leading dimensions), rows added in
-/// order (the order candle's element loop adds them in).
+/// The column sums of a row-major `[outer, inner]` buffer (a sum over leading dimensions),
+/// rows added in order (the order candle's element loop adds them in).
 fn sum_rows(src: &[f32], inner: usize) -> Vec<f32> {
     let mut dst = vec![0f32; inner];
     for row in src.chunks_exact(inner) {

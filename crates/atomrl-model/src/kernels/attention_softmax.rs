@@ -39,6 +39,22 @@ impl AttentionSoftmax {
             let (n, i) = (r / (heads * l), r % l);
             let pad = self.mask.pad.as_ref().map(|m| &m[n * s..(n + 1) * s]);
             let row = &scores[r * s..(r + 1) * s];
+            // Keys past the causal limit sit `mask_value` below a key the query sees, so their
+            // exponential is exactly 0 (as `exp_in_place` makes it) and adds nothing to the sum:
+            // they are written as 0 without the passes, half of a training row's keys. Only
+            // when no key up to the limit is unpadded (a padding query) does the full row
+            // decide the max.
+            let limit = (self.mask.past + i + 1).min(s);
+            if self.mask.causal
+                && limit < s
+                && pad.is_none_or(|m| m[..limit].iter().any(|&padded| !padded))
+            {
+                let (seen, unseen) = p.split_at_mut(limit);
+                unseen.fill(T::zero());
+                let pad = pad.map(|m| &m[..limit]);
+                Self::softmax_row(seen, &row[..limit], scale, neg, pad);
+                return;
+            }
             let mut max = T::neg_infinity();
             for (j, (p, &v)) in p.iter_mut().zip(row).enumerate() {
                 let mut t = v * scale;
@@ -66,6 +82,30 @@ impl AttentionSoftmax {
             }
         });
         out
+    }
+
+    /// `softmax(scale · row + padding bias)` of one row's keys that causality lets it see.
+    fn softmax_row<T: Real>(p: &mut [T], row: &[T], scale: T, neg: T, pad: Option<&[bool]>) {
+        let mut max = T::neg_infinity();
+        for (j, (p, &v)) in p.iter_mut().zip(row).enumerate() {
+            let mut t = v * scale;
+            if pad.is_some_and(|m| m[j]) {
+                t += neg;
+            }
+            *p = t;
+            max = num_traits::Float::max(max, t);
+        }
+        for p in p.iter_mut() {
+            *p -= max;
+        }
+        T::exp_in_place(p);
+        let mut sum = T::zero();
+        for p in p.iter() {
+            sum += *p;
+        }
+        for p in p.iter_mut() {
+            *p /= sum;
+        }
     }
 }
 
