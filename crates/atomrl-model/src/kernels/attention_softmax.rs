@@ -52,43 +52,31 @@ impl AttentionSoftmax {
                 let (seen, unseen) = p.split_at_mut(limit);
                 unseen.fill(T::zero());
                 let pad = pad.map(|m| &m[..limit]);
-                Self::softmax_row(seen, &row[..limit], scale, neg, pad);
+                Self::softmax_row(seen, &row[..limit], scale, neg, pad, limit);
                 return;
             }
-            let mut max = T::neg_infinity();
-            for (j, (p, &v)) in p.iter_mut().zip(row).enumerate() {
-                let mut t = v * scale;
-                if self.mask.causal && j > self.mask.past + i {
-                    t += neg;
-                }
-                if pad.is_some_and(|m| m[j]) {
-                    t += neg;
-                }
-                *p = t;
-                max = num_traits::Float::max(max, t);
-            }
-            for p in p.iter_mut() {
-                *p -= max;
-            }
-            // Masked keys sit ~1e9 below the max: their exponential is exactly 0 (f32's SIMD
-            // exp returns 0 below the normal range without touching subnormals).
-            T::exp_in_place(p);
-            let mut sum = T::zero();
-            for p in p.iter() {
-                sum += *p;
-            }
-            for p in p.iter_mut() {
-                *p /= sum;
-            }
+            let masked_from = if self.mask.causal { limit } else { s };
+            Self::softmax_row(p, row, scale, neg, pad, masked_from);
         });
         out
     }
 
-    /// `softmax(scale · row + padding bias)` of one row's keys that causality lets it see.
-    fn softmax_row<T: Real>(p: &mut [T], row: &[T], scale: T, neg: T, pad: Option<&[bool]>) {
+    /// `softmax(scale · row + bias)` of one row, the bias `neg` on keys from `masked_from`
+    /// (causality) and again on padded keys.
+    fn softmax_row<T: Real>(
+        p: &mut [T],
+        row: &[T],
+        scale: T,
+        neg: T,
+        pad: Option<&[bool]>,
+        masked_from: usize,
+    ) {
         let mut max = T::neg_infinity();
         for (j, (p, &v)) in p.iter_mut().zip(row).enumerate() {
             let mut t = v * scale;
+            if j >= masked_from {
+                t += neg;
+            }
             if pad.is_some_and(|m| m[j]) {
                 t += neg;
             }
@@ -98,6 +86,8 @@ impl AttentionSoftmax {
         for p in p.iter_mut() {
             *p -= max;
         }
+        // Masked keys sit ~1e9 below the max: their exponential is exactly 0 (f32's SIMD
+        // exp returns 0 below the normal range without touching subnormals).
         T::exp_in_place(p);
         let mut sum = T::zero();
         for p in p.iter() {
