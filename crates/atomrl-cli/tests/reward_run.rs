@@ -160,6 +160,25 @@ fn reward_model_settings_and_data_are_checked() {
         !out.status.success() && err.contains("`reward_model.center_rewards_coefficient`"),
         "{err}"
     );
+    for (n, want) in [("0", ">= 1"), ("99", "in 1..=")] {
+        let out = run(&cfg, &["--set", &format!("reward_model.num_layers={n}")]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success()
+                && err.contains("`reward_model.num_layers`")
+                && err.contains(want),
+            "{n}: {err}"
+        );
+    }
+    // A reward model of the policy's first layer trains and saves with one layer.
+    run_ok(&cfg, &["--set", "reward_model.num_layers=1"]);
+    let rm = dir.join("run/checkpoint-2/reward_model");
+    let model = ValueModel::from_hf_dir(&rm, &candle_core::Device::Cpu).unwrap();
+    assert_eq!(
+        (model.backbone().config().num_hidden_layers, model.layout()),
+        (1, HeadLayout::Sequence)
+    );
+    std::fs::remove_dir_all(dir.join("run")).unwrap();
     // With the centring term and LoRA, it trains.
     run_ok(
         &cfg,

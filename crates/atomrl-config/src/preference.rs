@@ -54,4 +54,9 @@ pub struct RewardModelArgs {
     /// (Eisenstein et al., 2023; TRL `center_rewards_coefficient`); absent: none.
     #[serde(default)]
     pub center_rewards_coefficient: Option<f64>,
+    /// Start the reward model from the policy's first `num_layers` decoder layers (its
+    /// embeddings and final norm, a zero head): a smaller reward model, about `num_layers / L`
+    /// of a step's cost, saved with `num_hidden_layers = num_layers`; absent: all of them.
+    #[serde(default)]
+    pub num_layers: Option<usize>,
 }

@@ -229,8 +229,12 @@ fn check_critic(a: &GRPOArgs) -> Result<()> {
 /// DPO's and the reward model's loss settings.
 fn check_dpo(a: &GRPOArgs) -> Result<()> {
     if a.recipe == Recipe::Reward {
-        if let Some(c) = a.reward_model().center_rewards_coefficient {
+        let r = a.reward_model();
+        if let Some(c) = r.center_rewards_coefficient {
             non_negative("reward_model.center_rewards_coefficient", c)?;
+        }
+        if let Some(n) = r.num_layers {
+            at_least("reward_model.num_layers", n, 1)?;
         }
         return Ok(());
     }

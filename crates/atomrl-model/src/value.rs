@@ -131,7 +131,46 @@ impl ValueModel {
     /// # Ok::<(), atomrl_core::Error>(())
     /// ```
     pub fn from_policy_layers(policy: &CausalLm, layers: usize) -> Result<Self> {
-        let func = "ValueModel::from_policy_layers";
+        Self::truncated(
+            policy,
+            layers,
+            HeadLayout::Token,
+            "ValueModel::from_policy_layers",
+        )
+    }
+
+    /// A reward model starting from the first `layers` decoder layers of `policy` (copied),
+    /// its embeddings and final norm, with a head of zeros ([`HeadLayout::Sequence`]): the
+    /// reward-model form of [`ValueModel::from_policy_layers`], about `layers / L` of the
+    /// cost of a step. `layers = L` is [`ValueModel::reward_model_from_policy`].
+    ///
+    /// # Errors
+    /// `layers` of 0 or above the policy's layer count; allocation failures.
+    ///
+    /// ```
+    /// use atomrl_model::{Architecture, CausalLm, HeadLayout, ModelConfig, ValueModel};
+    /// use candle_core::{DType, Device};
+    /// let policy = CausalLm::from_config_random(ModelConfig::new(Architecture::Qwen2, 16, 8, 8, 3, 2, 1)?, 1, DType::F32, &Device::Cpu)?;
+    /// let rm = ValueModel::reward_model_from_policy_layers(&policy, 2)?;
+    /// assert_eq!((rm.backbone().config().num_hidden_layers, rm.layout()), (2, HeadLayout::Sequence));
+    /// assert!(ValueModel::reward_model_from_policy_layers(&policy, 0).is_err_and(|e| e.to_string().contains("`layers`")));
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn reward_model_from_policy_layers(policy: &CausalLm, layers: usize) -> Result<Self> {
+        Self::truncated(
+            policy,
+            layers,
+            HeadLayout::Sequence,
+            "ValueModel::reward_model_from_policy_layers",
+        )
+    }
+
+    fn truncated(
+        policy: &CausalLm,
+        layers: usize,
+        layout: HeadLayout,
+        func: &'static str,
+    ) -> Result<Self> {
         let mut config = policy.config().clone();
         let total = config.num_hidden_layers;
         if layers == 0 || layers > total {
@@ -159,7 +198,7 @@ impl ValueModel {
         let mut backbone =
             CausalLm::from_tensors(config, tensors, policy.dtype(), policy.device())?;
         backbone.set_compute_dtype(policy.compute_dtype())?;
-        Self::with_zero_head(backbone, HeadLayout::Token)
+        Self::with_zero_head(backbone, layout)
     }
 
     /// `backbone` under a zero head in `layout`.

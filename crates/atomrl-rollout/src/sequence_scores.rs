@@ -1,8 +1,10 @@
 //! A reward model's score of each row of an experience, each shared prompt run once.
 
+use std::collections::HashMap;
+
 use atomrl_core::{CandleContext, Result};
 use atomrl_model::ValueModel;
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
 use crate::experience::Experience;
 
@@ -12,7 +14,10 @@ use crate::experience::Experience;
 /// transformer once ([`atomrl_logprob::get_shared_prompt_last_hidden`]): a reward model's
 /// pairs spend about two thirds of their tokens on the prompt (the embedded GSM8K pairs: ~44
 /// prompt tokens, ~22 per completion). Without shared prompts, or with gradient checkpointing
-/// (which the cached prompt pass does not do), the padded rows run as they are.
+/// (which the cached prompt pass does not do), the padded rows run as they are. A row that
+/// repeats another (the same prompt and completion: identical samples in a GRPO group, one
+/// answer in several pairs of its prompt) is scored once and its score copied; the gradients
+/// of the copies add up.
 /// Differentiable with respect to the model's trainable variables.
 ///
 /// # Errors
@@ -38,6 +43,52 @@ use crate::experience::Experience;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn experience_scores(model: &ValueModel, exp: &Experience) -> Result<Tensor> {
+    let func = "experience_scores";
+    let (distinct, copy_of) = distinct_rows(exp)?;
+    if distinct.len() == exp.num_rows() {
+        return distinct_scores(model, exp);
+    }
+    let scores = distinct_scores(model, &exp.select(&distinct)?)?;
+    let index = Tensor::new(copy_of, scores.device()).ctx(func)?;
+    scores.index_select(&index, 0).ctx(func)
+}
+
+/// The first row of each distinct (prompt, completion), and for every row the position of its
+/// own among them.
+fn distinct_rows(exp: &Experience) -> Result<(Vec<u32>, Vec<u32>)> {
+    let func = "experience_scores";
+    let width = exp.input_ids.dim(1).ctx(func)?;
+    let start = width - exp.completion_len;
+    let completion = |t: &Tensor| -> candle_core::Result<Vec<Vec<u32>>> {
+        t.narrow(1, start, exp.completion_len)?
+            .to_dtype(DType::U32)?
+            .to_vec2()
+    };
+    let ids = completion(&exp.input_ids).ctx(func)?;
+    let mask = completion(&exp.attention_mask).ctx(func)?;
+    let mut seen: HashMap<(u32, &[u32], &[u32]), u32> = HashMap::new();
+    let mut distinct = Vec::new();
+    let mut copy_of = Vec::with_capacity(ids.len());
+    for (row, (group, (ids, mask))) in exp
+        .prompt_groups
+        .iter()
+        .zip(ids.iter().zip(&mask))
+        .enumerate()
+    {
+        let next = distinct.len() as u32;
+        let at = *seen
+            .entry((*group, ids.as_slice(), mask.as_slice()))
+            .or_insert_with(|| {
+                distinct.push(row as u32);
+                next
+            });
+        copy_of.push(at);
+    }
+    Ok((distinct, copy_of))
+}
+
+/// [`experience_scores`] of rows that are all distinct.
+fn distinct_scores(model: &ValueModel, exp: &Experience) -> Result<Tensor> {
     let func = "experience_scores";
     if !model.backbone().gradient_checkpointing() {
         if let Some(shared) = exp.shared_prompts()? {
@@ -126,6 +177,46 @@ mod tests {
             .unwrap()
             .backward()
             .unwrap();
+        for (name, var) in rm.trainable_vars() {
+            let (x, y) = (ga.get(&var).unwrap(), gb.get(&var).unwrap());
+            let s: f32 = y.abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+            assert!(max_diff(x, y) <= 1e-5 * s.max(1.0), "{name}");
+        }
+    }
+
+    /// One prompt's answers in several pairs: each distinct answer is scored once, and the
+    /// scores and gradients are those of scoring every row.
+    #[test]
+    fn repeated_rows_are_scored_once_with_the_same_scores_and_gradients() {
+        let rm = reward_model();
+        let rows: [crate::PairRow<'_>; 4] = [
+            (&[11, 12, 13], &[21, 22, 23], &[25]),
+            (&[11, 12, 13], &[21, 22, 23], &[26, 27]),
+            (&[14], &[28], &[25]),
+            (&[11, 12, 13], &[26, 27], &[25]),
+        ];
+        let exp = Experience::from_pairs(&rows, 0, &Device::Cpu).unwrap();
+        let (distinct, copy_of) = distinct_rows(&exp).unwrap();
+        // Rows: c0 r0 c1 r1 c2 r2 c3 r3; c1 = c0, r3 = r0, c3 = r1 (prompt 11 12 13).
+        assert_eq!(distinct, [0, 1, 3, 4, 5]);
+        assert_eq!(copy_of, [0, 1, 0, 2, 3, 4, 2, 1]);
+        let once = experience_scores(&rm, &exp).unwrap();
+        let each = rm
+            .sequence_scores(&exp.input_ids, &exp.attention_mask)
+            .unwrap();
+        let scale: f32 = each.abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+        assert!(max_diff(&once, &each) <= 1e-5 * scale.max(1.0));
+        let weights =
+            Tensor::new(&[1f32, -2.0, 0.5, 3.0, -1.0, 0.25, 2.0, -0.5], &Device::Cpu).unwrap();
+        let grads = |s: Tensor| {
+            (s * &weights)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap()
+        };
+        let (ga, gb) = (grads(once), grads(each));
         for (name, var) in rm.trainable_vars() {
             let (x, y) = (ga.get(&var).unwrap(), gb.get(&var).unwrap());
             let s: f32 = y.abs().unwrap().max_all().unwrap().to_scalar().unwrap();

@@ -42,10 +42,24 @@ pub(crate) struct RewardModelStep {
 }
 
 impl RewardModelStep {
-    /// A reward model starting from `policy`'s weights with a zero head (with `[lora]`,
-    /// adapters of its own on the transformer), in the policy's compute dtype.
+    /// A reward model starting from `policy`'s weights (its first `reward_model.num_layers`
+    /// layers) with a zero head (with `[lora]`, adapters of its own on the transformer), in
+    /// the policy's compute dtype.
     pub(crate) fn new(args: &GRPOArgs, policy: &CausalLm) -> Result<Self> {
-        let mut model = ValueModel::reward_model_from_policy(policy)?;
+        let mut model = match args.reward_model().num_layers {
+            None => ValueModel::reward_model_from_policy(policy)?,
+            Some(n) => ValueModel::reward_model_from_policy_layers(policy, n).map_err(|_| {
+                Error::value(
+                    "config",
+                    "reward_model.num_layers",
+                    format!(
+                        "in 1..={} (the policy's decoder layers)",
+                        policy.config().num_hidden_layers
+                    ),
+                    n,
+                )
+            })?,
+        };
         if let Some(l) = &args.lora {
             model.add_lora(crate::runtime::lora_config(l)?, args.seed.wrapping_add(1))?;
         }
