@@ -1,6 +1,8 @@
 //! A critic's part of the experience (PPO): the values of the completion tokens, sharded like
 //! the other log-prob passes, then per-token advantages and returns by GAE.
 
+use std::sync::Mutex;
+
 use atomrl_advantage::compute_gae;
 use atomrl_core::shape::flat_f64;
 use atomrl_core::{CandleContext, Error, Result};
@@ -78,6 +80,59 @@ pub fn attach_values_and_gae_with(
     config: &GaeConfig,
     token_rewards: &Tensor,
 ) -> Result<()> {
+    attach(exp, critic, par, config, token_rewards, false).map(drop)
+}
+
+/// [`attach_values_and_gae_with`] that also returns, by micro-batch, the values this process
+/// computed with their graph (`None`: another rank's micro-batch): with `critic` not detached,
+/// the critic's first update epoch on these micro-batches can backpropagate through them
+/// instead of running its forward again (the same weights give the same values).
+/// `exp.values` holds them without a graph, as always.
+///
+/// # Errors
+/// As [`attach_values_and_gae_with`].
+///
+/// ```
+/// use atomrl_dist::SingleProcess;
+/// use atomrl_model::{CausalLm, ValueModel};
+/// use atomrl_rollout::parallel::Parallel;
+/// use atomrl_rollout::{attach_values_and_gae_keeping_graphs, outcome_token_rewards, Experience, GaeConfig};
+/// use candle_core::{DType, Device};
+/// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/reference/models/tiny-qwen2");
+/// let critic = ValueModel::from_policy(&CausalLm::from_hf_dir(dir, DType::F32, &Device::Cpu)?)?;
+/// let rows: [(&[u32], &[u32], &[bool]); 2] = [(&[1, 2], &[3, 4], &[true; 2]), (&[1, 2], &[5], &[true])];
+/// let mut exp = Experience::from_rows(&rows, &[0.0, 0.0], &[true; 2], 0, &Device::Cpu)?;
+/// exp.rewards = vec![1.0, 0.0];
+/// let gae = GaeConfig { gamma: 1.0, lam: 1.0, whiten: false, micro_batches: 1 };
+/// let rewards = outcome_token_rewards(&exp)?;
+/// let par = Parallel { workers: 2, comm: &SingleProcess };
+/// let kept = attach_values_and_gae_keeping_graphs(&mut exp, &critic, par, &gae, &rewards)?;
+/// assert_eq!(kept.len(), 2); // one micro-batch per worker, both on this process
+/// let first = kept[0].as_ref().unwrap();
+/// let stored = exp.values.as_ref().unwrap().narrow(0, 0, 1)?;
+/// assert_eq!(first.to_vec2::<f32>()?, stored.to_vec2::<f32>()?);
+/// let grads = first.sum_all()?.backward()?; // the graph reaches the critic's weights
+/// assert!(critic.trainable_vars().iter().all(|(_, v)| grads.get(v.as_tensor()).is_some()));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn attach_values_and_gae_keeping_graphs(
+    exp: &mut Experience,
+    critic: &ValueModel,
+    par: Parallel<'_>,
+    config: &GaeConfig,
+    token_rewards: &Tensor,
+) -> Result<Vec<Option<Tensor>>> {
+    attach(exp, critic, par, config, token_rewards, true)
+}
+
+fn attach(
+    exp: &mut Experience,
+    critic: &ValueModel,
+    par: Parallel<'_>,
+    config: &GaeConfig,
+    token_rewards: &Tensor,
+    keep: bool,
+) -> Result<Vec<Option<Tensor>>> {
     let func = "attach_values_and_gae";
     if token_rewards.dims() != exp.loss_mask.dims() {
         return Err(Error::value(
@@ -88,6 +143,7 @@ pub fn attach_values_and_gae_with(
         ));
     }
     let micro = par.micro_batches(exp.num_rows(), config.micro_batches);
+    let kept = Mutex::new(vec![None; micro.len()]);
     let parts = sharded_chunks(
         func,
         micro.len(),
@@ -96,7 +152,14 @@ pub fn attach_values_and_gae_with(
         exp.input_ids.device(),
         |c| {
             let mb = exp.rows(micro[c].start, micro[c].len())?;
-            Ok(experience_values(critic, &mb)?.detach())
+            let values = experience_values(critic, &mb)?;
+            if keep {
+                let mut kept = kept
+                    .lock()
+                    .map_err(|_| Error::missing(func, "values", "a worker that did not panic"))?;
+                kept[c] = Some(values.clone());
+            }
+            Ok(values.detach())
         },
     )?;
     let values = Tensor::cat(&parts, 0).ctx(func)?;
@@ -111,7 +174,8 @@ pub fn attach_values_and_gae_with(
     exp.advantages = gae.advantages;
     exp.returns = Some(gae.returns);
     exp.values = Some(values);
-    Ok(())
+    kept.into_inner()
+        .map_err(|_| Error::missing(func, "values", "a worker that did not panic"))
 }
 
 /// The critic's values of the states before each completion token of `exp`, `[R, T]`

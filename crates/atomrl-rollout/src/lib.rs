@@ -41,8 +41,8 @@ mod sequence_scores;
 pub mod summary;
 
 pub use critic::{
-    attach_values_and_gae, attach_values_and_gae_with, experience_values, outcome_token_rewards,
-    values_statistics, GaeConfig, ValueStatistics,
+    attach_values_and_gae, attach_values_and_gae_keeping_graphs, attach_values_and_gae_with,
+    experience_values, outcome_token_rewards, values_statistics, GaeConfig, ValueStatistics,
 };
 pub use eval::{evaluate, EvalData, EvalResult};
 pub use experience::{Experience, LossNormalizer, PairRole, TokenRow};

@@ -76,9 +76,10 @@ enum Micro<T> {
 type Report<T> = Option<(f64, T)>;
 
 /// Splits `exp` into `accumulation × workers × W` micro-batches (`W` ranks of `comm`, every
-/// rank holding the same experience), sums their gradients (`micro_loss(mb)` gives each
-/// micro-batch's loss, already divided by the step's normaliser, with any statistics `T` the
-/// caller wants back; `Ok(None)` means its inputs were not finite), clips the global norm and
+/// rank holding the same experience), sums their gradients (`micro_loss(c, mb)` gives
+/// micro-batch `c`'s loss, `c` in [`Parallel::micro_batches`]' order, already divided by the
+/// step's normaliser, with any statistics `T` the caller wants back; `Ok(None)` means its
+/// inputs were not finite), clips the global norm and
 /// applies AdamW — unless the loss or the norm is not finite, in which case nothing is updated
 /// and the reason is returned. Micro-batches without a scored token are skipped (they add 0);
 /// when no micro-batch has one, the optimizer still steps, with a zero gradient
@@ -96,7 +97,7 @@ pub fn accumulate_and_step<T: MicroStatistics>(
     exp: &Experience,
     settings: StepSettings,
     comm: &dyn Collective,
-    micro_loss: impl Fn(&Experience) -> Result<Option<(Tensor, T)>> + Sync,
+    micro_loss: impl Fn(usize, &Experience) -> Result<Option<(Tensor, T)>> + Sync,
 ) -> Result<(StepOutcome, Vec<T>)> {
     let acc = accumulate_gradients(params, exp, settings, comm, micro_loss)?;
     clip_and_step(acc, settings.max_grad_norm, &mut [(optimizer, settings.lr)])
@@ -164,7 +165,7 @@ pub fn accumulate_gradients<T: MicroStatistics>(
     exp: &Experience,
     settings: StepSettings,
     comm: &dyn Collective,
-    micro_loss: impl Fn(&Experience) -> Result<Option<(Tensor, T)>> + Sync,
+    micro_loss: impl Fn(usize, &Experience) -> Result<Option<(Tensor, T)>> + Sync,
 ) -> Result<Accumulated<T>> {
     let par = Parallel {
         workers: settings.workers,
@@ -177,7 +178,7 @@ pub fn accumulate_gradients<T: MicroStatistics>(
         let mut grads = Gradients::new();
         let mut reports = Vec::new();
         for c in (first + w..chunks.len()).step_by(shards) {
-            match micro_backward(exp, &chunks[c], &micro_loss)? {
+            match micro_backward(exp, &chunks[c], |mb| micro_loss(c, mb))? {
                 Micro::Empty => {}
                 Micro::NonFinite => {
                     reports.push((c, None));
@@ -278,7 +279,7 @@ fn decode_reports<T: MicroStatistics>(mut v: &[f64]) -> Vec<(usize, Report<T>)> 
 fn micro_backward<T>(
     exp: &Experience,
     range: &Range<usize>,
-    micro_loss: &impl Fn(&Experience) -> Result<Option<(Tensor, T)>>,
+    micro_loss: impl Fn(&Experience) -> Result<Option<(Tensor, T)>>,
 ) -> Result<Micro<T>> {
     let mb = exp.rows(range.start, range.len())?;
     if mb.loss_tokens(FUNC)? == 0.0 {

@@ -150,7 +150,7 @@ impl RecipeStep for DpoStep {
                     ..self.settings
                 },
                 state.comm.as_ref(),
-                |mb| pair_loss(model, mb, pairs as f64, &self.options),
+                |_, mb| pair_loss(model, mb, pairs as f64, &self.options),
             )?;
             stats = micro.iter().fold(PairStats::default(), PairStats::add);
             let skipped = o.skipped.is_some();

@@ -48,17 +48,8 @@ impl RewardModelStep {
     pub(crate) fn new(args: &GRPOArgs, policy: &CausalLm) -> Result<Self> {
         let mut model = match args.reward_model().num_layers {
             None => ValueModel::reward_model_from_policy(policy)?,
-            Some(n) => ValueModel::reward_model_from_policy_layers(policy, n).map_err(|_| {
-                Error::value(
-                    "config",
-                    "reward_model.num_layers",
-                    format!(
-                        "in 1..={} (the policy's decoder layers)",
-                        policy.config().num_hidden_layers
-                    ),
-                    n,
-                )
-            })?,
+            Some(n) => ValueModel::reward_model_from_policy_layers(policy, n)
+                .map_err(|_| crate::runtime::layers_error("reward_model.num_layers", policy, n))?,
         };
         if let Some(l) = &args.lora {
             model.add_lora(crate::runtime::lora_config(l)?, args.seed.wrapping_add(1))?;
@@ -143,7 +134,7 @@ impl RecipeStep for RewardModelStep {
                     ..self.settings
                 },
                 state.comm.as_ref(),
-                |mb| pair_score_loss(model, mb, pairs, center),
+                |_, mb| pair_score_loss(model, mb, pairs, center),
             )?;
             stats = micro.iter().fold(ScoreStats::default(), |a, b| a.add(b));
             row.push(keys::LOSS, outcome.loss);

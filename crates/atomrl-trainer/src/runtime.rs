@@ -177,6 +177,14 @@ pub fn load_split(source: &DataSource, split: &str) -> Result<Vec<Example>> {
     })
 }
 
+/// The error of a `key` asking for `n` of `policy`'s decoder layers (a smaller critic or
+/// reward model) when it has fewer.
+pub(crate) fn layers_error(key: &str, policy: &CausalLm, n: usize) -> atomrl_core::Error {
+    let layers = policy.config().num_hidden_layers;
+    let expected = format!("in 1..={layers} (the policy's decoder layers)");
+    atomrl_core::Error::value("config", key, expected, n)
+}
+
 /// The adapters `[lora]` asks for.
 ///
 /// # Errors

@@ -132,7 +132,7 @@ impl RecipeStep for SftStep {
                 ..self.settings
             },
             state.comm.as_ref(),
-            |mb| micro_loss(model, mb, total_tokens),
+            |_, mb| micro_loss(model, mb, total_tokens),
         )?;
         let mut report = StepReport::default();
         if let Some(reason) = &outcome.skipped {

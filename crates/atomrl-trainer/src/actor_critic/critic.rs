@@ -77,17 +77,8 @@ impl Critic {
         } else {
             let mut model = match (&settings.model, settings.num_layers) {
                 (Some(dir), _) => load_critic(dir, policy)?,
-                (None, Some(n)) => ValueModel::from_policy_layers(policy, n).map_err(|_| {
-                    Error::value(
-                        "config",
-                        "critic.num_layers",
-                        format!(
-                            "in 1..={} (the policy's decoder layers)",
-                            policy.config().num_hidden_layers
-                        ),
-                        n,
-                    )
-                })?,
+                (None, Some(n)) => ValueModel::from_policy_layers(policy, n)
+                    .map_err(|_| crate::runtime::layers_error("critic.num_layers", policy, n))?,
                 (None, None) => ValueModel::from_policy(policy)?,
             };
             if let Some(l) = &args.lora {
@@ -113,6 +104,11 @@ impl Critic {
     /// `returns`): the clipped value loss `vf_coef · 0.5 · agg(max((V − R)², (clip(V) −
     /// R)²))` with the step's normaliser, accumulated over the micro-batches of every worker
     /// and rank like the policy's.
+    ///
+    /// `first_epoch`: the critic's values of each micro-batch with their graph, from the value
+    /// pass that made `exp` (`attach_values_and_gae_keeping_graphs`, same weights): the first
+    /// epoch backpropagates through them instead of running the critic's forward again. A
+    /// micro-batch without one (another rank's, or a shape that no longer fits) runs it.
     pub fn update(
         &mut self,
         exp: &Experience,
@@ -120,6 +116,7 @@ impl Critic {
         agg: AggOptions,
         iterations: usize,
         comm: &dyn Collective,
+        first_epoch: Option<&[Option<Tensor>]>,
     ) -> Result<CriticStats> {
         let func = "critic update";
         let agg = with_step_normalizer(agg, &exp.normalizer);
@@ -137,7 +134,7 @@ impl Critic {
             &self.model
         };
         let c = &self.settings;
-        let micro_loss = |mb: &Experience| -> Result<Option<(Tensor, ClipCount)>> {
+        let micro_loss = |kept: Option<&[Option<Tensor>]>, i: usize, mb: &Experience| {
             let (Some(old), Some(returns)) = (&mb.values, &mb.returns) else {
                 return Err(Error::missing(
                     func,
@@ -145,7 +142,10 @@ impl Critic {
                     "the experience's values and returns (attach_values_and_gae)",
                 ));
             };
-            let values = experience_values(model, mb)?;
+            let values = match kept.and_then(|k| k.get(i)).and_then(Option::as_ref) {
+                Some(v) if v.dims() == mb.loss_mask.dims() => v.clone(),
+                _ => experience_values(model, mb)?,
+            };
             if !masked_sum(func, &values, &mb.loss_mask)?.is_finite() {
                 return Ok(None);
             }
@@ -166,14 +166,15 @@ impl Critic {
             Ok(Some((loss, count)))
         };
         let mut stats = CriticStats::default();
-        for _ in 0..iterations {
+        for epoch in 0..iterations {
+            let kept = if epoch == 0 { first_epoch } else { None };
             let (outcome, counts) = accumulate_and_step(
                 &self.params,
                 &mut self.optimizer,
                 exp,
                 settings,
                 comm,
-                micro_loss,
+                |i, mb| micro_loss(kept, i, mb),
             )?;
             let (clipped, tokens) = counts
                 .iter()
@@ -239,4 +240,87 @@ fn load_critic(dir: &str, policy: &CausalLm) -> Result<ValueModel> {
         ));
     }
     Ok(critic)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use atomrl_config::{CriticArgs, Recipe};
+    use atomrl_dist::SingleProcess;
+    use atomrl_rollout::parallel::Parallel;
+    use atomrl_rollout::{attach_values_and_gae_keeping_graphs, outcome_token_rewards, GaeConfig};
+    use candle_core::{DType, Device};
+
+    /// The critic's first epoch through the value pass's graphs updates the weights exactly as
+    /// running its forward again does.
+    #[test]
+    fn the_first_epoch_through_the_value_pass_graphs_gives_the_same_weights() {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/reference/models/tiny-qwen2"
+        );
+        let policy = CausalLm::from_hf_dir(dir, DType::F32, &Device::Cpu).unwrap();
+        let mut args = GRPOArgs::preset(Recipe::Ppo);
+        args.critic = Some(CriticArgs {
+            lr: Some(1e-2),
+            ..CriticArgs::default()
+        });
+        let rows: [(&[u32], &[u32], &[bool]); 4] = [
+            (&[1, 2], &[3, 4, 5], &[true; 3]),
+            (&[1, 2], &[6], &[true]),
+            (&[7], &[8, 9], &[true; 2]),
+            (&[7], &[10, 11, 12], &[true; 3]),
+        ];
+        let mut exp = Experience::from_rows(&rows, &[0.0; 4], &[true; 4], 0, &Device::Cpu).unwrap();
+        exp.rewards = vec![1.0, 0.0, 0.5, -1.0];
+        let gae = GaeConfig {
+            gamma: 1.0,
+            lam: 0.95,
+            whiten: true,
+            micro_batches: 1,
+        };
+        let rewards = outcome_token_rewards(&exp).unwrap();
+        let par = Parallel {
+            workers: 2,
+            comm: &SingleProcess,
+        };
+        let mut reused = Critic::new(&args, &policy).unwrap();
+        let mut rerun = Critic::new(&args, &policy).unwrap();
+        let kept =
+            attach_values_and_gae_keeping_graphs(&mut exp, &reused.model, par, &gae, &rewards)
+                .unwrap();
+        assert!(kept.iter().all(Option::is_some));
+        let steps = StepSettings {
+            accumulation: 1,
+            workers: 2,
+            max_grad_norm: 1.0,
+            lr: 0.0,
+        };
+        let agg = AggOptions::default();
+        for (critic, first) in [(&mut reused, Some(kept.as_slice())), (&mut rerun, None)] {
+            let stats = critic
+                .update(&exp, steps, agg, 2, &SingleProcess, first)
+                .unwrap();
+            assert!(stats.value_loss > 0.0 && stats.skipped.is_none());
+        }
+        let bits = |c: &Critic| -> Vec<Vec<u32>> {
+            c.model
+                .named_vars()
+                .iter()
+                .map(|(_, v)| {
+                    let t = v
+                        .as_tensor()
+                        .flatten_all()
+                        .unwrap()
+                        .to_vec1::<f32>()
+                        .unwrap();
+                    t.iter().map(|x| x.to_bits()).collect()
+                })
+                .collect()
+        };
+        assert_eq!(bits(&reused), bits(&rerun));
+        let start = Critic::new(&args, &policy).unwrap();
+        assert_ne!(bits(&reused), bits(&start), "the update moved the weights");
+    }
 }

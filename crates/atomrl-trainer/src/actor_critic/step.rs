@@ -12,8 +12,10 @@ use atomrl_model::CausalLm;
 use atomrl_reward::{Accuracy, WeightedRewards};
 use atomrl_rollout::parallel::Parallel;
 use atomrl_rollout::{
-    attach_values_and_gae_with, outcome_token_rewards, values_statistics, GaeConfig,
+    attach_values_and_gae_keeping_graphs, attach_values_and_gae_with, outcome_token_rewards,
+    values_statistics, GaeConfig,
 };
+use candle_core::{Tensor, TensorId};
 use serde::{Deserialize, Serialize};
 
 use super::critic::{Critic, CriticStats};
@@ -59,6 +61,9 @@ pub(crate) struct ActorCriticStep {
     warmup_steps: usize,
     update: UpdateConfig,
     trpo: TrpoArgs,
+    /// The value pass's values with their graph, by micro-batch, for the critic's first epoch
+    /// on the same experience (its `input_ids`, to know it is the same).
+    value_graphs: Option<(TensorId, Vec<Option<Tensor>>)>,
 }
 
 impl ActorCriticStep {
@@ -93,6 +98,7 @@ impl ActorCriticStep {
             warmup_steps: c.warmup_steps,
             update: args.update(),
             trpo: args.trpo.clone().unwrap_or_default(),
+            value_graphs: None,
         })
     }
 
@@ -152,6 +158,7 @@ impl RecipeStep for ActorCriticStep {
         sampler: &mut EpochSampler,
     ) -> Result<StepExperience> {
         let started = Instant::now();
+        self.value_graphs = None;
         let mut made = self.rollouts.experience(run, state, step, sampler)?;
         let exp = &mut made.experience;
         self.last_kl = None;
@@ -185,9 +192,17 @@ impl RecipeStep for ActorCriticStep {
                 workers: run.args.workers,
                 comm: state.comm.as_ref(),
             };
-            // No graph: the values only feed the advantages and returns.
-            let critic = self.critic.model.detached();
-            attach_values_and_gae_with(exp, &critic, par, &gae, &rewards)?;
+            if self.critic.shares_backbone() || gae.micro_batches > 1 {
+                // No graph: the values only feed the advantages and returns.
+                let critic = self.critic.model.detached();
+                attach_values_and_gae_with(exp, &critic, par, &gae, &rewards)?;
+            } else {
+                // One micro-batch per worker: its graph held until the critic's update costs
+                // no more memory than that update's forward, which it saves.
+                let critic = &self.critic.model;
+                let kept = attach_values_and_gae_keeping_graphs(exp, critic, par, &gae, &rewards)?;
+                self.value_graphs = Some((exp.input_ids.id(), kept));
+            }
         }
         made.seconds = started.elapsed().as_secs_f64();
         Ok(made)
@@ -205,6 +220,11 @@ impl RecipeStep for ActorCriticStep {
     ) -> Result<StepReport> {
         let started = Instant::now();
         let exp = &made.experience;
+        let value_graphs = self
+            .value_graphs
+            .take()
+            .filter(|(id, _)| *id == exp.input_ids.id())
+            .map(|(_, kept)| kept);
         let actor = self.actor_update(state, made, step, lr)?;
         let critic =
             if let (true, ActorOutcome::Gradient(s)) = (self.critic.shares_backbone(), &actor) {
@@ -223,6 +243,7 @@ impl RecipeStep for ActorCriticStep {
                     agg,
                     self.update.iterations,
                     state.comm.as_ref(),
+                    value_graphs.as_deref(),
                 )?)
             } else {
                 None

@@ -181,8 +181,12 @@ impl Problem<'_> {
             Objective::Kl => (&self.fisher, &self.fisher_agg),
         };
         let model = &self.state.model;
-        let Accumulated { grads, outcome, .. } =
-            accumulate_gradients(self.params(), exp, steps, self.state.comm.as_ref(), |mb| {
+        let Accumulated { grads, outcome, .. } = accumulate_gradients(
+            self.params(),
+            exp,
+            steps,
+            self.state.comm.as_ref(),
+            |_, mb| {
                 let lp = experience_log_probs(model, mb, temperature, false)?.log_probs;
                 let Some(old) = &mb.old_log_probs else {
                     return Err(atomrl_core::Error::missing(
@@ -201,7 +205,8 @@ impl Problem<'_> {
                     }
                 };
                 Ok(Some((loss, ())))
-            })?;
+            },
+        )?;
         if let Some(reason) = outcome.skipped {
             return Ok(Err(reason));
         }

@@ -238,7 +238,7 @@ fn update_with(
                 clip_range_value: v.clip_range_value,
             }),
         };
-        let acc = accumulate_gradients(&params, exp, settings, state.comm.as_ref(), |mb| {
+        let acc = accumulate_gradients(&params, exp, settings, state.comm.as_ref(), |_, mb| {
             loss.of(mb)
         })?;
         let mut optimizers = vec![(&mut state.optimizer, lr)];
