@@ -16,6 +16,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 use atomrl_examples::{main_with, MathsData, RunOptions};
@@ -286,7 +287,17 @@ fn run(cli: Cli) -> Result<()> {
     base.push("progress=false".into());
     let mut pair_data = base.clone();
     pair_data.extend(data.iter().cloned());
+    let started = Instant::now();
     let pairs = make_pairs(&cli, &pair_data, &cli.output_dir.join("pairs"))?;
+    let paired = started.elapsed().as_secs_f64();
     let reward_model = train_reward_model(&cli, &base, &pairs)?;
-    rl(&cli, &base, &data, &reward_model)
+    let trained = started.elapsed().as_secs_f64();
+    rl(&cli, &base, &data, &reward_model)?;
+    let total = started.elapsed().as_secs_f64();
+    println!(
+        "stage times: pairs {paired:.0} s, reward model {:.0} s, RL {:.0} s ({total:.0} s in all)",
+        trained - paired,
+        total - trained
+    );
+    Ok(())
 }
