@@ -144,6 +144,7 @@ fn attach(
     }
     let micro = par.micro_batches(exp.num_rows(), config.micro_batches);
     let kept = Mutex::new(vec![None; micro.len()]);
+    let poisoned = || Error::missing(func, "values", "a worker that did not panic");
     let parts = sharded_chunks(
         func,
         micro.len(),
@@ -154,10 +155,7 @@ fn attach(
             let mb = exp.rows(micro[c].start, micro[c].len())?;
             let values = experience_values(critic, &mb)?;
             if keep {
-                let mut kept = kept
-                    .lock()
-                    .map_err(|_| Error::missing(func, "values", "a worker that did not panic"))?;
-                kept[c] = Some(values.clone());
+                kept.lock().map_err(|_| poisoned())?[c] = Some(values.clone());
             }
             Ok(values.detach())
         },
@@ -174,8 +172,7 @@ fn attach(
     exp.advantages = gae.advantages;
     exp.returns = Some(gae.returns);
     exp.values = Some(values);
-    kept.into_inner()
-        .map_err(|_| Error::missing(func, "values", "a worker that did not panic"))
+    kept.into_inner().map_err(|_| poisoned())
 }
 
 /// The critic's values of the states before each completion token of `exp`, `[R, T]`

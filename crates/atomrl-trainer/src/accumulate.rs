@@ -79,9 +79,8 @@ type Report<T> = Option<(f64, T)>;
 /// rank holding the same experience), sums their gradients (`micro_loss(c, mb)` gives
 /// micro-batch `c`'s loss, `c` in [`Parallel::micro_batches`]' order, already divided by the
 /// step's normaliser, with any statistics `T` the caller wants back; `Ok(None)` means its
-/// inputs were not finite), clips the global norm and
-/// applies AdamW — unless the loss or the norm is not finite, in which case nothing is updated
-/// and the reason is returned. Micro-batches without a scored token are skipped (they add 0);
+/// inputs were not finite), clips the global norm and applies AdamW — unless the loss or the
+/// norm is not finite, in which case nothing is updated and the reason is returned. Micro-batches without a scored token are skipped (they add 0);
 /// when no micro-batch has one, the optimizer still steps, with a zero gradient
 /// ([`zero_gradient_step`]). Worker `w` of rank `r` runs micro-batches
 /// `r·workers + w, … + workers × W, …` on its own thread and sums their gradients in that
