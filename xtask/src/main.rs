@@ -224,3 +224,13 @@ fn deps() -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    /// The dependency check of `cargo xtask deps`, run with the test suite: CI need not build
+    /// xtask a second time (a whole-workspace build of its own) to run it.
+    #[test]
+    fn the_light_crates_keep_their_dependencies() {
+        super::deps().expect("the light crates' dependencies");
+    }
+}

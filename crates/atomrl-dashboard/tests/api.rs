@@ -57,7 +57,7 @@ fn run<'a>(list: &'a Value, name: &str) -> &'a Value {
 #[test]
 fn runs_list_reads_each_status_from_the_files() {
     let root = common::fixture_runs("api-list");
-    let url = common::serve(&root);
+    let url = common::serve(root.path());
     let list = get_json(&format!("{url}/api/runs"));
     let names: Vec<&str> = list["runs"]
         .as_array()
@@ -122,7 +122,7 @@ fn runs_list_reads_each_status_from_the_files() {
 #[test]
 fn a_missing_runs_folder_fails_at_start_and_an_empty_one_lists_nothing() {
     let root = common::temp_dir("api-empty");
-    let missing = root.join("no-such-folder");
+    let missing = root.path().join("no-such-folder");
     let out = Command::new(env!("CARGO_BIN_EXE_atomrl-dashboard"))
         .arg(&missing)
         .args(["--port", "0"])
@@ -132,7 +132,7 @@ fn a_missing_runs_folder_fails_at_start_and_an_empty_one_lists_nothing() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no-such-folder"), "{err}");
 
-    let url = common::serve(&root);
+    let url = common::serve(root.path());
     let list = get_json(&format!("{url}/api/runs"));
     assert_eq!(list["runs"], serde_json::json!([]));
 }
@@ -140,7 +140,7 @@ fn a_missing_runs_folder_fails_at_start_and_an_empty_one_lists_nothing() {
 #[test]
 fn another_address_than_loopback_is_warned_about() {
     let root = common::temp_dir("api-host");
-    let d = atomrl_dashboard::Dashboard::bind(&root, "0.0.0.0".parse().unwrap(), 0).unwrap();
+    let d = atomrl_dashboard::Dashboard::bind(root.path(), "0.0.0.0".parse().unwrap(), 0).unwrap();
     let w = d.exposure_warning().expect("a warning");
     assert!(w.contains("anyone who can reach this machine"), "{w}");
 }
@@ -148,7 +148,7 @@ fn another_address_than_loopback_is_warned_about() {
 #[test]
 fn run_detail_has_config_evaluations_and_checkpoints_with_their_command() {
     let root = common::fixture_runs("api-detail");
-    let url = common::serve(&root);
+    let url = common::serve(root.path());
     let d = get_json(&format!("{url}/api/run/grpo-a"));
     assert!(d["config"]["text"].as_str().unwrap().contains("lr = 1e-6"));
     assert_eq!(d["config"]["keys"]["num_generations"], "4");
@@ -179,7 +179,7 @@ fn run_detail_has_config_evaluations_and_checkpoints_with_their_command() {
 #[test]
 fn curves_are_downsampled_and_polling_an_unchanged_run_costs_a_304() {
     let root = common::fixture_runs("api-metrics");
-    let url = common::serve(&root);
+    let url = common::serve(root.path());
     let m = get_json(&format!("{url}/api/run/grpo-a/metrics?points=40"));
     assert_eq!(m["rows"], 201);
     let loss = &m["series"]["loss"];
@@ -212,7 +212,7 @@ fn curves_are_downsampled_and_polling_an_unchanged_run_costs_a_304() {
     assert_eq!(again.status(), 304);
     let mut f = std::fs::OpenOptions::new()
         .append(true)
-        .open(root.join("grpo-b/metrics.jsonl"))
+        .open(root.path().join("grpo-b/metrics.jsonl"))
         .unwrap();
     f.write_all(common::metrics_row(121, 1_764_000_500.0).as_bytes())
         .unwrap();
@@ -233,7 +233,7 @@ fn curves_are_downsampled_and_polling_an_unchanged_run_costs_a_304() {
 #[test]
 fn rollouts_by_step_with_rewards_advantages_and_tool_calls() {
     let root = common::fixture_runs("api-rollouts");
-    let url = common::serve(&root);
+    let url = common::serve(root.path());
     let r = get_json(&format!("{url}/api/run/grpo-a/rollouts"));
     assert_eq!(r["steps"], serde_json::json!([10, 20]));
     let s = get_json(&format!("{url}/api/run/grpo-a/rollouts?step=20"));
@@ -258,7 +258,7 @@ fn rollouts_by_step_with_rewards_advantages_and_tool_calls() {
 #[test]
 fn compare_gives_differing_keys_final_and_best_and_overlaid_curves() {
     let root = common::fixture_runs("api-compare");
-    let url = common::serve(&root);
+    let url = common::serve(root.path());
     let keys = |c: &Value| -> Vec<String> {
         c["differing"]
             .as_array()
@@ -296,7 +296,7 @@ fn compare_gives_differing_keys_final_and_best_and_overlaid_curves() {
 #[test]
 fn bad_arguments_are_named_and_nothing_outside_the_folder_is_served() {
     let root = common::fixture_runs("api-bad");
-    let url = common::serve(&root);
+    let url = common::serve(root.path());
     for (path, status, says) in [
         ("/api/run/grpo-a/metrics?x=time", 400, "argument x"),
         ("/api/run/grpo-a/metrics?points=2", 400, "argument points"),

@@ -119,7 +119,7 @@ fn dashboard_in_headless_chromium() {
         return;
     };
     let root = common::fixture_runs("browser");
-    let url = common::serve(&root);
+    let url = common::serve(root.path());
     let profile = common::temp_dir("browser-profile");
     let args: Vec<&OsStr> = [
         "--disable-gpu",
@@ -135,7 +135,7 @@ fn dashboard_in_headless_chromium() {
         headless: true,
         sandbox: false,
         window_size: Some((1440, 1000)),
-        user_data_dir: Some(profile),
+        user_data_dir: Some(profile.path().to_path_buf()),
         idle_browser_timeout: Duration::from_secs(120),
         args,
         ..LaunchOptions::default()
@@ -320,7 +320,7 @@ fn dashboard_in_headless_chromium() {
     eval(&tab, "window.__sameDocument = true");
     let mut f = std::fs::OpenOptions::new()
         .append(true)
-        .open(root.join("grpo-b/metrics.jsonl"))
+        .open(root.path().join("grpo-b/metrics.jsonl"))
         .unwrap();
     for step in 121..=123 {
         f.write_all(common::metrics_row(step, 1_764_001_000.0 + step as f64).as_bytes())
@@ -337,5 +337,4 @@ fn dashboard_in_headless_chromium() {
         true,
         "the page reloaded"
     );
-    let _ = std::fs::remove_dir_all(&root);
 }

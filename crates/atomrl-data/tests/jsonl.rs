@@ -12,10 +12,14 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("atomrl_data_jsonl_{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+/// `name` in a fresh temporary folder, which is removed when the returned guard drops.
+fn tmp(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("atomrl_data_jsonl_")
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join(name);
+    (dir, path)
 }
 
 /// The error's (path, message), which must be an [`Error::File`].
@@ -163,7 +167,7 @@ fn write_then_load_round_trips() {
         .with_completion("<think>\n1+2=3\n</think>\n<answer>\n3\n</answer>"),
         Example::new("SFT only", "").with_completion("done"),
     ];
-    let path = tmp("round_trip.jsonl");
+    let (_dir, path) = tmp("round_trip.jsonl");
     write_jsonl(&path, &rows).unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
     assert_eq!(text.lines().count(), 3);
@@ -184,7 +188,7 @@ fn write_then_load_round_trips() {
 
 #[test]
 fn json_array_files_are_accepted() {
-    let path = tmp("array.json");
+    let (_dir, path) = tmp("array.json");
     std::fs::write(
         &path,
         r#####"[{"prompt": "a", "ground_truth": 1}, {"question": "b", "answer": "#### 2"}]"#####,
@@ -234,7 +238,7 @@ fn preference_rows_in_trl_formats() {
     );
     assert_eq!(rows[2].ground_truth, "1");
     // Written back as top-level fields, read back unchanged.
-    let path = tmp("preference_round_trip.jsonl");
+    let (_dir, path) = tmp("preference_round_trip.jsonl");
     write_jsonl(&path, &rows).unwrap();
     assert!(std::fs::read_to_string(&path)
         .unwrap()
@@ -291,7 +295,7 @@ fn bad_preference_rows_name_the_file_and_line() {
             "no message before the assistant's answer",
         ),
     ] {
-        let path = tmp("bad_preference.jsonl");
+        let (_dir, path) = tmp("bad_preference.jsonl");
         std::fs::write(&path, format!("{ok}\n\n{row}\n")).unwrap();
         let (at, message) = file_error(load_jsonl(&path).unwrap_err());
         assert!(at.ends_with("bad_preference.jsonl:3"), "{row}: {at}");

@@ -1,7 +1,7 @@
 //! GSM8K parquet files (written here with the parquet crate's writer) and the hub cache layout.
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use atomrl_core::Error;
@@ -14,11 +14,11 @@ use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
 
 /// A fresh temporary folder for one test.
-fn tmp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("atomrl_data_pq_{name}_{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn tmp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("atomrl_data_pq_{name}_"))
+        .tempdir()
+        .unwrap()
 }
 
 /// One column of cells (`None` = null, for OPTIONAL columns).
@@ -78,8 +78,9 @@ fn gsm8k_rows(prefix: &str, n: usize) -> Vec<Column> {
 }
 
 /// A hub cache with `datasets--{org}--{name}/refs/main` and the given files in its snapshot.
-fn hub_cache(name: &str, repo_id: &str, files: &[(&str, &str, Vec<Column>)]) -> PathBuf {
-    let cache = tmp_dir(name);
+fn hub_cache(name: &str, repo_id: &str, files: &[(&str, &str, Vec<Column>)]) -> tempfile::TempDir {
+    let cache_tmp = tmp_dir(name);
+    let cache = cache_tmp.path();
     let repo = cache.join(format!("datasets--{}", repo_id.replace('/', "--")));
     let rev = "0123456789abcdef0123456789abcdef01234567";
     std::fs::create_dir_all(repo.join("refs")).unwrap();
@@ -92,7 +93,7 @@ fn hub_cache(name: &str, repo_id: &str, files: &[(&str, &str, Vec<Column>)]) -> 
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         write_parquet(&path, schema, cols);
     }
-    cache
+    cache_tmp
 }
 
 fn file_error(err: Error) -> (String, String) {
@@ -104,7 +105,8 @@ fn file_error(err: Error) -> (String, String) {
 
 #[test]
 fn loads_a_gsm8k_parquet_file() {
-    let dir = tmp_dir("load");
+    let dir_tmp = tmp_dir("load");
+    let dir = dir_tmp.path();
     let path = dir.join("train.parquet");
     write_parquet(&path, GSM8K_SCHEMA, &gsm8k_rows("t", 5));
     let rows = load_gsm8k_parquet(&path).unwrap();
@@ -122,12 +124,12 @@ fn loads_a_gsm8k_parquet_file() {
         DataSource::parse(path.to_str().unwrap()).unwrap(),
         DataSource::Parquet(path.clone())
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn extra_columns_and_plain_byte_arrays_are_fine() {
-    let dir = tmp_dir("extra");
+    let dir_tmp = tmp_dir("extra");
+    let dir = dir_tmp.path();
     let path = dir.join("x.parquet");
     let schema = "message schema {
         REQUIRED BYTE_ARRAY id (UTF8);
@@ -147,12 +149,12 @@ fn extra_columns_and_plain_byte_arrays_are_fine() {
     assert_eq!(rows[0].prompt, Prompt::Text("q1".into()));
     assert_eq!(rows[0].ground_truth, "7");
     assert_eq!(rows[1].ground_truth, "1000");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn bad_rows_and_files_are_named() {
-    let dir = tmp_dir("bad");
+    let dir_tmp = tmp_dir("bad");
+    let dir = dir_tmp.path();
     let missing = dir.join("missing_col.parquet");
     write_parquet(
         &missing,
@@ -199,12 +201,11 @@ fn bad_rows_and_files_are_named() {
     write_parquet(&empty, GSM8K_SCHEMA, &[vec![], vec![]]);
     let (_, message) = file_error(load_gsm8k_parquet(&empty).unwrap_err());
     assert_eq!(message, "no rows");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn resolves_the_real_gsm8k_layout_through_refs_main() {
-    let cache = hub_cache(
+    let cache_tmp = hub_cache(
         "gsm8k",
         "openai/gsm8k",
         &[
@@ -225,37 +226,37 @@ fn resolves_the_real_gsm8k_layout_through_refs_main() {
             ),
         ],
     );
-    let path = resolve_hub_dataset(&cache, "openai/gsm8k", Some("main"), "test").unwrap();
+    let cache = cache_tmp.path();
+    let path = resolve_hub_dataset(cache, "openai/gsm8k", Some("main"), "test").unwrap();
     assert!(path.ends_with(
         "datasets--openai--gsm8k/snapshots/0123456789abcdef0123456789abcdef01234567/main/test-00000-of-00001.parquet"
     ), "{}", path.display());
 
     // `openai/gsm8k` defaults to config `main`.
     let src = DataSource::parse("openai/gsm8k").unwrap();
-    let test = src.load_from_cache(&cache, "test").unwrap();
+    let test = src.load_from_cache(cache, "test").unwrap();
     assert_eq!(test.len(), 3);
     assert!(test[0]
         .prompt
         .as_text()
         .unwrap()
         .starts_with("test question"));
-    assert_eq!(src.load_from_cache(&cache, "train").unwrap().len(), 6);
+    assert_eq!(src.load_from_cache(cache, "train").unwrap().len(), 6);
     let socratic = DataSource::parse("openai/gsm8k:socratic").unwrap();
-    assert_eq!(socratic.load_from_cache(&cache, "test").unwrap().len(), 2);
+    assert_eq!(socratic.load_from_cache(cache, "test").unwrap().len(), 2);
 
-    let (path, message) = file_error(src.load_from_cache(&cache, "validation").unwrap_err());
+    let (path, message) = file_error(src.load_from_cache(cache, "validation").unwrap_err());
     assert!(path.contains("snapshots/0123456789abcdef"), "{path}");
     assert!(
         message.contains("no `validation` split")
             && message.contains("main/validation-*.{parquet,jsonl}"),
         "{message}"
     );
-    std::fs::remove_dir_all(&cache).unwrap();
 }
 
 #[test]
 fn data_folder_root_files_and_shards() {
-    let cache = hub_cache(
+    let cache_tmp = hub_cache(
         "layouts",
         "someone/math",
         &[
@@ -276,13 +277,14 @@ fn data_folder_root_files_and_shards() {
             ),
         ],
     );
-    let shards = resolve_hub_dataset_shards(&cache, "someone/math", None, "train").unwrap();
+    let cache = cache_tmp.path();
+    let shards = resolve_hub_dataset_shards(cache, "someone/math", None, "train").unwrap();
     assert_eq!(shards.len(), 2);
     assert!(shards[0].ends_with("data/train-00000-of-00002.parquet"));
-    let err = resolve_hub_dataset(&cache, "someone/math", None, "train").unwrap_err();
+    let err = resolve_hub_dataset(cache, "someone/math", None, "train").unwrap_err();
     assert!(err.to_string().contains("2 shards"), "{err}");
     let src = DataSource::parse("someone/math").unwrap();
-    let train = src.load_from_cache(&cache, "train").unwrap();
+    let train = src.load_from_cache(cache, "train").unwrap();
     assert_eq!(train.len(), 5, "all shards, in order");
     assert!(train[0]
         .prompt
@@ -294,16 +296,16 @@ fn data_folder_root_files_and_shards() {
         .as_text()
         .unwrap()
         .starts_with("b question 2"));
-    let test = resolve_hub_dataset(&cache, "someone/math", None, "test").unwrap();
+    let test = resolve_hub_dataset(cache, "someone/math", None, "test").unwrap();
     assert!(test.ends_with("test-00000-of-00001.parquet"));
-    std::fs::remove_dir_all(&cache).unwrap();
 }
 
 #[test]
 fn not_cached_says_how_to_download() {
-    let cache = tmp_dir("empty_cache");
+    let cache_tmp = tmp_dir("empty_cache");
+    let cache = cache_tmp.path();
     let (path, message) =
-        file_error(resolve_hub_dataset(&cache, "openai/gsm8k", Some("main"), "train").unwrap_err());
+        file_error(resolve_hub_dataset(cache, "openai/gsm8k", Some("main"), "train").unwrap_err());
     assert!(path.ends_with("datasets--openai--gsm8k"), "{path}");
     assert!(
         message.contains("huggingface-cli download openai/gsm8k --repo-type dataset"),
@@ -318,8 +320,7 @@ fn not_cached_says_how_to_download() {
         GSM8K_SCHEMA,
         &gsm8k_rows("x", 1),
     );
-    assert!(resolve_hub_dataset(&cache, "org/one", Some("main"), "train").is_ok());
-    std::fs::remove_dir_all(&cache).unwrap();
+    assert!(resolve_hub_dataset(cache, "org/one", Some("main"), "train").is_ok());
 }
 
 /// The hub's layout of a conversational preference dataset (`trl-lib/ultrafeedback_binarized`):
@@ -386,7 +387,8 @@ fn write_conversations(path: &Path, rows: &[(Conversation<'_>, Conversation<'_>,
 
 #[test]
 fn loads_preference_pairs_from_parquet_and_names_bad_rows() {
-    let dir = tmp_dir("preference");
+    let dir_tmp = tmp_dir("preference");
+    let dir = dir_tmp.path();
     let path = dir.join("train_prefs.parquet");
     let user = ("user", "Say hi.");
     write_conversations(

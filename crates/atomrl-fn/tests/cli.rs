@@ -107,8 +107,11 @@ fn flags_override_the_file_and_can_replace_it() {
 
 #[test]
 fn json_file_and_output_file_round_trip() {
-    let dir = std::env::temp_dir().join(format!("atomrl-fn-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new()
+        .prefix("atomrl-fn-test-")
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path();
     let input = dir.join("batch.json");
     std::fs::write(
         &input,
@@ -140,8 +143,11 @@ fn json_file_and_output_file_round_trip() {
 #[test]
 fn safetensors_input_and_output() {
     use candle_core::{Device, Tensor};
-    let dir = std::env::temp_dir().join(format!("atomrl-fn-st-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new()
+        .prefix("atomrl-fn-st-")
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path();
     let input = dir.join("batch.safetensors");
     let rewards = Tensor::new(&[1f32, 0.0, 0.5, 0.5], &Device::Cpu).unwrap();
     candle_core::safetensors::save(
@@ -174,7 +180,6 @@ fn safetensors_input_and_output() {
         "{adv:?}"
     );
     assert_eq!(tensors["num_flat_groups"].to_scalar::<i64>().unwrap(), 1);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -13,11 +13,12 @@ fn fixture_model() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/reference/models/tiny-qwen2")
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("atomrl_hub_{name}_{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh temporary folder, removed when dropped.
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("atomrl_hub_{name}_"))
+        .tempdir()
+        .unwrap()
 }
 
 fn settings(server: &HubServer, cache: &Path) -> HubSettings {
@@ -36,12 +37,13 @@ fn same_bytes(a: &Path, b: &Path) -> bool {
 
 #[test]
 fn model_download_then_offline_from_the_cache() {
-    let cache = temp_dir("single");
+    let cache_tmp = temp_dir("single");
+    let cache = cache_tmp.path();
     let server = HubServer::start().unwrap();
     let sha = server
         .add_folder(RepoKind::Model, "org/tiny", "main", &fixture_model())
         .unwrap();
-    let mut s = settings(&server, &cache);
+    let mut s = settings(&server, cache);
     let dir = resolve_model("org/tiny", &s).unwrap();
 
     // The standard layout: refs/main -> commit, snapshot entries are links into blobs/.
@@ -83,7 +85,8 @@ fn model_download_then_offline_from_the_cache() {
 
 #[test]
 fn sharded_model_and_revision() {
-    let cache = temp_dir("sharded");
+    let cache_tmp = temp_dir("sharded");
+    let cache = cache_tmp.path();
     let server = HubServer::start().unwrap();
     let files = sharded_model_files(&fixture_model(), 2).unwrap();
     assert!(files
@@ -102,7 +105,7 @@ fn sharded_model_and_revision() {
         b"{\"max_new_tokens\": 7}".to_vec(),
     ));
     let v1_sha = server.add_repo(RepoKind::Model, "org/tiny-sharded", "v1", v1);
-    let mut s = settings(&server, &cache);
+    let mut s = settings(&server, cache);
 
     let main = resolve_model("org/tiny-sharded", &s).unwrap();
     for f in [
@@ -135,7 +138,8 @@ fn sharded_model_and_revision() {
 
 #[test]
 fn errors_name_the_repository_and_file() {
-    let cache = temp_dir("errors");
+    let cache_tmp = temp_dir("errors");
+    let cache = cache_tmp.path();
     let server = HubServer::start().unwrap();
     server
         .add_folder(RepoKind::Model, "org/tiny", "main", &fixture_model())
@@ -150,7 +154,7 @@ fn errors_name_the_repository_and_file() {
         .add_folder(RepoKind::Model, "org/gated", "main", &fixture_model())
         .unwrap();
     server.require_token(RepoKind::Model, "org/gated", "secret");
-    let mut s = settings(&server, &cache);
+    let mut s = settings(&server, cache);
 
     let err = resolve_model("org/no-such-model", &s)
         .unwrap_err()
@@ -201,14 +205,15 @@ fn errors_name_the_repository_and_file() {
 
 #[test]
 fn interrupted_download_is_never_complete_and_resumes() {
-    let cache = temp_dir("interrupted");
+    let cache_tmp = temp_dir("interrupted");
+    let cache = cache_tmp.path();
     let server = HubServer::start().unwrap();
     server
         .add_folder(RepoKind::Model, "org/tiny", "main", &fixture_model())
         .unwrap();
     // More cuts than the client's retries: the first run fails half-way through the weights.
     server.cut_downloads("model.safetensors", 10);
-    let s = settings(&server, &cache);
+    let s = settings(&server, cache);
     let err = resolve_model("org/tiny", &s).unwrap_err().to_string();
     assert!(
         err.contains("model.safetensors") && err.contains("org/tiny"),
@@ -253,7 +258,8 @@ fn interrupted_download_is_never_complete_and_resumes() {
 
 #[test]
 fn dataset_splits_parquet_shards_and_jsonl() {
-    let cache = temp_dir("datasets");
+    let cache_tmp = temp_dir("datasets");
+    let cache = cache_tmp.path();
     let server = HubServer::start().unwrap();
     let rows = |p: &str, n: usize| -> Vec<(String, String)> {
         (0..n)
@@ -298,7 +304,7 @@ fn dataset_splits_parquet_shards_and_jsonl() {
             b"{\"prompt\": \"1+1?\", \"ground_truth\": \"2\"}\n".to_vec(),
         )],
     );
-    let mut s = settings(&server, &cache);
+    let mut s = settings(&server, cache);
     let gsm8k = RepoSpec::parse("openai/gsm8k").unwrap();
     let train = resolve_dataset_split(&gsm8k, Some("main"), "train", &s).unwrap();
     let names: Vec<String> = train

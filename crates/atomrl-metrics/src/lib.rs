@@ -33,6 +33,7 @@
 //! let rows = read_metrics(logger.metrics_path())?;
 //! assert_eq!(rows.len(), 3);
 //! assert_eq!(rows[2].get("reward/mean"), Some(0.75));
+//! # drop(logger); // its drop writes the run status
 //! # std::fs::remove_dir_all(&dir)?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

@@ -233,6 +233,7 @@ impl MetricsLogger {
     /// let dir = std::env::temp_dir().join(format!("atomrl-doc-flush-{}", std::process::id()));
     /// let mut logger = MetricsLogger::create(&dir, None, 1, false)?;
     /// logger.flush()?;
+    /// # drop(logger); // its drop writes the run status
     /// # std::fs::remove_dir_all(&dir)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -251,6 +252,7 @@ impl MetricsLogger {
     /// let dir = std::env::temp_dir().join(format!("atomrl-doc-println-{}", std::process::id()));
     /// let logger = MetricsLogger::create(&dir, None, 1, false)?;
     /// logger.println("saved checkpoint-1");
+    /// # drop(logger); // its drop writes the run status
     /// # std::fs::remove_dir_all(&dir)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -270,6 +272,7 @@ impl MetricsLogger {
     /// let dir = std::env::temp_dir().join(format!("atomrl-doc-warn-{}", std::process::id()));
     /// let logger = MetricsLogger::create(&dir, None, 1, false)?;
     /// logger.warn("warning: step 1: update skipped");
+    /// # drop(logger); // its drop writes the run status
     /// # std::fs::remove_dir_all(&dir)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -290,6 +293,7 @@ impl MetricsLogger {
     /// assert_eq!(logger.output_dir(), dir.as_path());
     /// assert_eq!(logger.metrics_path(), dir.join("metrics.jsonl"));
     /// assert!(logger.tensorboard_path().starts_with(dir.join("tensorboard")));
+    /// # drop(logger); // its drop writes the run status
     /// # std::fs::remove_dir_all(&dir)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

@@ -134,8 +134,9 @@ fn train_merge_and_peft_round_trip() {
     let (ids, mask) = batch();
     let trained = m.forward_logits(&ids, Some(&mask)).unwrap();
     // PEFT layout round trip.
-    let dir = temp_dir("peft");
-    m.save_lora(&dir).unwrap();
+    let dir_tmp = temp_dir("peft");
+    let dir = dir_tmp.path();
+    m.save_lora(dir).unwrap();
     let cfg: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("adapter_config.json")).unwrap())
             .unwrap();
@@ -145,12 +146,13 @@ fn train_merge_and_peft_round_trip() {
     );
     let mut fresh =
         CausalLm::from_hf_dir(model_dir("tiny-qwen3"), DType::F32, &Device::Cpu).unwrap();
-    fresh.load_lora(&dir).unwrap();
+    fresh.load_lora(dir).unwrap();
     assert!(max_diff(&trained, &fresh.forward_logits(&ids, Some(&mask)).unwrap()) < 1e-6);
     // Export merged: a plain HF folder with the adapters folded in.
-    let out = temp_dir("merged");
-    m.save_hf(&out).unwrap();
-    let merged = CausalLm::from_hf_dir(&out, DType::F32, &Device::Cpu).unwrap();
+    let out_tmp = temp_dir("merged");
+    let out = out_tmp.path();
+    m.save_hf(out).unwrap();
+    let merged = CausalLm::from_hf_dir(out, DType::F32, &Device::Cpu).unwrap();
     assert!(merged.lora_config().is_none());
     let diff = max_diff(&trained, &merged.forward_logits(&ids, Some(&mask)).unwrap());
     assert!(diff < 5e-5, "merged export: {diff}"); // f32 rounding of W + s·BA on logits ~10

@@ -53,33 +53,33 @@ fn adamw_step_then_save_and_load_gives_the_same_logits() {
             max_diff(&before, &after) > 1e-3,
             "{name}: the step must change the model"
         );
-        let dir = temp_dir(&format!("adamw_{name}"));
-        model.save_hf(&dir).unwrap();
-        let loaded = CausalLm::from_hf_dir(&dir, DType::F32, &Device::Cpu).unwrap();
+        let dir_tmp = temp_dir(&format!("adamw_{name}"));
+        let dir = dir_tmp.path();
+        model.save_hf(dir).unwrap();
+        let loaded = CausalLm::from_hf_dir(dir, DType::F32, &Device::Cpu).unwrap();
         let again = loaded.forward_logits(&ids, Some(&mask)).unwrap();
         assert_eq!(max_diff(&after, &again), 0.0, "{name}");
         assert_eq!(loaded.config(), model.config());
-    }
-    let dir = std::env::temp_dir().join(format!(
-        "atomrl_model_test_adamw_tiny-qwen3_{}",
-        std::process::id()
-    ));
-    for f in [
-        "config.json",
-        "model.safetensors",
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "generation_config.json",
-    ] {
-        assert!(dir.join(f).is_file(), "{f} missing");
+        // Every file the model came with, its tokenizer's included, is saved with it.
+        for f in [
+            "config.json",
+            "model.safetensors",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "generation_config.json",
+        ] {
+            let expected = model_dir(name).join(f).is_file();
+            assert_eq!(dir.join(f).is_file(), expected, "{name}: {f}");
+        }
     }
 }
 
 #[test]
 fn saved_files_use_hf_names_and_metadata() {
     let model = CausalLm::from_hf_dir(model_dir("tiny-qwen2"), DType::F32, &Device::Cpu).unwrap();
-    let dir = temp_dir("names");
-    model.save_hf_as(&dir, DType::BF16).unwrap();
+    let dir_tmp = temp_dir("names");
+    let dir = dir_tmp.path();
+    model.save_hf_as(dir, DType::BF16).unwrap();
     let bytes = std::fs::read(dir.join("model.safetensors")).unwrap();
     let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
     assert_eq!(meta.metadata().as_ref().unwrap()["format"], "pt");
@@ -120,7 +120,8 @@ fn bf16_checkpoint_loads_into_f32_weights() {
 #[test]
 fn sharded_checkpoints_load() {
     let src = model_dir("tiny-qwen2");
-    let dir = temp_dir("sharded");
+    let dir_tmp = temp_dir("sharded");
+    let dir = dir_tmp.path();
     for f in ["config.json", "tokenizer.json"] {
         std::fs::copy(src.join(f), dir.join(f)).unwrap();
     }
@@ -140,7 +141,7 @@ fn sharded_checkpoints_load() {
     let index = serde_json::json!({"metadata": {}, "weight_map": map});
     std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
     let a = CausalLm::from_hf_dir(&src, DType::F32, &Device::Cpu).unwrap();
-    let b = CausalLm::from_hf_dir(&dir, DType::F32, &Device::Cpu).unwrap();
+    let b = CausalLm::from_hf_dir(dir, DType::F32, &Device::Cpu).unwrap();
     let (ids, mask) = batch();
     let diff = max_diff(
         &a.forward_logits(&ids, Some(&mask)).unwrap(),
@@ -151,7 +152,8 @@ fn sharded_checkpoints_load() {
 
 #[test]
 fn hub_cache_layout_loads_offline() {
-    let cache = temp_dir("hub");
+    let cache_tmp = temp_dir("hub");
+    let cache = cache_tmp.path();
     let repo = cache.join("models--atomrl--tiny-qwen3");
     let snap = repo.join("snapshots").join("0123abcd");
     std::fs::create_dir_all(&snap).unwrap();
@@ -162,11 +164,11 @@ fn hub_cache_layout_loads_offline() {
     }
     // Cache only: no test touches the network.
     std::env::set_var("HF_HUB_OFFLINE", "1");
-    let m = CausalLm::from_hub_cache(&cache, "atomrl/tiny-qwen3", None, DType::F32, &Device::Cpu)
+    let m = CausalLm::from_hub_cache(cache, "atomrl/tiny-qwen3", None, DType::F32, &Device::Cpu)
         .unwrap();
     assert_eq!(m.config().vocab_size, 512);
     let by_commit = CausalLm::from_hub_cache(
-        &cache,
+        cache,
         "atomrl/tiny-qwen3",
         Some("0123abcd"),
         DType::F32,
@@ -174,7 +176,7 @@ fn hub_cache_layout_loads_offline() {
     );
     assert!(by_commit.is_ok());
     let e = CausalLm::from_hub_cache(
-        &cache,
+        cache,
         "atomrl/tiny-qwen3",
         Some("v2"),
         DType::F32,
@@ -190,8 +192,9 @@ fn hub_cache_layout_loads_offline() {
 #[test]
 fn file_errors_name_the_file() {
     let d = Device::Cpu;
-    let dir = temp_dir("errors");
-    let e = CausalLm::from_hf_dir(&dir, DType::F32, &d)
+    let dir_tmp = temp_dir("errors");
+    let dir = dir_tmp.path();
+    let e = CausalLm::from_hf_dir(dir, DType::F32, &d)
         .unwrap_err()
         .to_string();
     assert!(e.contains("config.json"), "{e}");
@@ -200,13 +203,13 @@ fn file_errors_name_the_file() {
     )
     .unwrap();
     std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
-    let e = CausalLm::from_hf_dir(&dir, DType::F32, &d)
+    let e = CausalLm::from_hf_dir(dir, DType::F32, &d)
         .unwrap_err()
         .to_string();
     assert!(e.contains("model.safetensors"), "{e}");
     cfg["architectures"] = serde_json::json!(["MistralForCausalLM"]);
     std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
-    let e = CausalLm::from_hf_dir(&dir, DType::F32, &d)
+    let e = CausalLm::from_hf_dir(dir, DType::F32, &d)
         .unwrap_err()
         .to_string();
     assert!(
@@ -222,7 +225,7 @@ fn file_errors_name_the_file() {
         dir.join("model.safetensors"),
     )
     .unwrap();
-    let e = CausalLm::from_hf_dir(&dir, DType::F32, &d)
+    let e = CausalLm::from_hf_dir(dir, DType::F32, &d)
         .unwrap_err()
         .to_string();
     assert!(

@@ -6,16 +6,31 @@
 
 use std::fmt::Write as _;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use atomrl_dashboard::{Dashboard, DEFAULT_HOST};
+use tempfile::TempDir;
 
-/// A fresh folder under the system's temporary one.
-pub fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("atomrl-dash-{tag}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh folder under the system's temporary one, removed when dropped.
+pub fn temp_dir(tag: &str) -> TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("atomrl-dash-{tag}-"))
+        .tempdir()
+        .unwrap()
+}
+
+/// The fixture runs folder and the folder outside it that its links lead to; both are
+/// removed when dropped.
+pub struct Runs {
+    root: TempDir,
+    _outside: TempDir,
+}
+
+impl Runs {
+    /// The runs folder.
+    pub fn path(&self) -> &Path {
+        self.root.path()
+    }
 }
 
 /// Serves `root` on a free port from a background thread; its base URL.
@@ -128,9 +143,10 @@ fn checkpoint(run: &Path, step: u64) {
     .unwrap();
 }
 
-/// The fixture runs folder in a new temporary folder; returns the folder.
-pub fn fixture_runs(tag: &str) -> PathBuf {
-    let root = temp_dir(tag);
+/// The fixture runs folder in a new temporary folder.
+pub fn fixture_runs(tag: &str) -> Runs {
+    let root_dir = temp_dir(tag);
+    let root = root_dir.path();
     let t0 = 1_764_000_000.0;
     let me = std::process::id();
     let my_name = fs::read_to_string("/proc/self/comm")
@@ -228,14 +244,18 @@ pub fn fixture_runs(tag: &str) -> PathBuf {
         &config("3e-6", "runs/sweep/trial-000/run", false),
     );
     // Links out of the folder: to a run outside it, and to /etc.
-    let outside = temp_dir(&format!("{tag}-outside"));
+    let outside_dir = temp_dir(&format!("{tag}-outside"));
+    let outside = outside_dir.path();
     fs::write(outside.join("metrics.jsonl"), metrics(3, t0)).unwrap();
     fs::write(outside.join("secret.txt"), "SECRET-OUTSIDE").unwrap();
     #[cfg(unix)]
     {
-        std::os::unix::fs::symlink(&outside, root.join("escape")).unwrap();
+        std::os::unix::fs::symlink(outside, root.join("escape")).unwrap();
         std::os::unix::fs::symlink("/etc", root.join("etc-link")).unwrap();
     }
     fs::write(root.join("notes.txt"), "not a run").unwrap();
-    root
+    Runs {
+        root: root_dir,
+        _outside: outside_dir,
+    }
 }

@@ -43,12 +43,12 @@ pub fn expected(name: &str) -> std::collections::HashMap<String, Tensor> {
     candle_core::safetensors::load(p, &Device::Cpu).unwrap()
 }
 
-/// A fresh temporary folder.
-pub fn temp_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("atomrl_model_test_{tag}_{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh temporary folder, removed when dropped.
+pub fn temp_dir(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("atomrl_model_test_{tag}_"))
+        .tempdir()
+        .unwrap()
 }
 
 /// Max |a - b| over positions where `mask [N, L]` is 1 (a, b: `[N, L, V]`).
