@@ -15,6 +15,7 @@
 //!   from (data order, random initialisation, sampling).
 //! - [`profile`]: phase timers (device synchronised at each boundary) and an allocation
 //!   counter, the instrument of `cargo xtask bench --profile`.
+//! - [`allocator`]: glibc's allocator tuned for candle's CPU tensors (buffers kept, arenas).
 //! - [`Trajectory`] and [`ToolCallRecord`]: what a multi-turn tool rollout did, passed from
 //!   the sampler to the reward functions.
 //!
@@ -24,6 +25,7 @@
 
 #![deny(missing_docs)]
 
+pub mod allocator;
 pub mod chat;
 pub mod compare;
 #[cfg(feature = "cuda")]

@@ -12,42 +12,8 @@ use candle_core::{DType, Device};
 use crate::config::GRPOArgs;
 use crate::data::{DataSource, Example};
 
-/// Keeps freed tensor buffers in the process instead of returning them to the OS.
-///
-/// Candle allocates a new buffer for every tensor op; glibc serves large ones with mmap and
-/// unmaps them on free, and trims the heap, so each op page-faults its output in again. On a
-/// 2-core machine this was ~25% of a training step of a 1M-parameter model; with buffers up to
-/// 32 MiB kept in the heap and trimming off, forward + backward ran ~1.7x faster. One arena
-/// for all threads: glibc gives each data-parallel worker thread (see [`crate::parallel`]) its
-/// own arena, whose heaps it trims on free whatever `M_TRIM_THRESHOLD` says, which brought the
-/// page faults back (two workers: 0.81 s for the example's forward + backward, one arena:
-/// 0.34 s; candle allocates few, large buffers, so sharing the arena's lock costs nothing
-/// measurable). No buffer is mmapped at all (`M_MMAP_MAX = 0`): at Qwen2.5-0.5B a parameter's
-/// gradient is up to 544 MB, above any mmap threshold, and each was mapped, faulted in and
-/// unmapped again; the CPU training step then flipped between 13 s and 17–19 s from run to run
-/// with the number of page faults (9 vs 11–12 million), and with every buffer in the retained
-/// heap it takes 13.2–13.9 s every time with 4 million faults and the same peak memory
-/// (2-core AMD EPYC; on a 2-core Intel Xeon the same setting gave 24.4 → 20.6 s,
-/// docs/performance.md). Trimming is off altogether (`M_TRIM_THRESHOLD = -1`, mallopt(3)):
-/// the largest threshold an `int` can say is 2 GiB, and at 0.5B the memory freed at the end
-/// of a step (activations, gradients) joins into a top chunk larger than that, which glibc
-/// then gave back to the OS, so every step faulted its buffers in again (Intel Xeon: 21% of
-/// the step in the kernel zeroing pages, 17.5–18.6 s → 14.2–15.5 s a step without it).
-/// Call once at the start of `main`; a no-op on platforms other than Linux with glibc.
-pub fn tune_allocator() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    #[allow(unsafe_code)]
-    {
-        // SAFETY: mallopt only changes allocator parameters; it is called before any other
-        // thread exists, with valid option constants and values.
-        unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-            libc::mallopt(libc::M_MMAP_MAX, 0);
-            libc::mallopt(libc::M_TRIM_THRESHOLD, -1);
-            libc::mallopt(libc::M_ARENA_MAX, 1);
-        }
-    }
-}
+/// Keeps freed tensor buffers in the process (see [`atomrl_core::allocator`]).
+pub use atomrl_core::allocator::tune_allocator;
 
 /// `ATOMRL_PROFILE=1`: time and count the phases of a training run
 /// ([`atomrl_core::profile`]; synchronising the device at every phase boundary slows the run).

@@ -121,6 +121,10 @@ impl Trainer {
         if args.workers == 0 {
             args.workers = default_workers(&model);
         }
+        if model.device().is_cpu() {
+            let params = model.config().num_parameters();
+            atomrl_core::allocator::arenas_for_workers(params, args.workers);
+        }
         model.set_gradient_checkpointing(args.gradient_checkpointing);
         let accuracy = std::sync::Arc::new(build_accuracy(&args)?);
         let recipe = recipe_step(&args, &model, rewards, accuracy.clone())?;
