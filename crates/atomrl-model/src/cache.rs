@@ -33,15 +33,31 @@ pub struct KvCache {
     room: Vec<Option<Room>>,
 }
 
-/// A layer's key and value buffers `[N, KV, capacity, d]`, the first `len` positions valid, and
-/// the ids of the views of them last handed out (an entry of `layers` that is not one of these
-/// views was replaced by the caller, and the buffer no longer applies).
+/// A layer's key and value buffers `[N, KV, capacity, d]`, the `len` positions from `start`
+/// valid, and the ids of the views of them last handed out (an entry of `layers` that is not
+/// one of these views was replaced by the caller, and the buffer no longer applies).
 #[derive(Debug)]
 struct Room {
     k: Tensor,
     v: Tensor,
+    start: usize,
     len: usize,
     views: (TensorId, TensorId),
+}
+
+impl Room {
+    /// Whether `layer` is the pair of views this room handed out last.
+    fn holds(&self, layer: &(Tensor, Tensor)) -> bool {
+        self.views == (layer.0.id(), layer.1.id())
+    }
+
+    /// Views of the valid positions, remembered as the ones handed out.
+    fn views(&mut self) -> candle_core::Result<(Tensor, Tensor)> {
+        let k = self.k.narrow(2, self.start, self.len)?;
+        let v = self.v.narrow(2, self.start, self.len)?;
+        self.views = (k.id(), v.id());
+        Ok((k, v))
+    }
 }
 
 impl Clone for KvCache {
@@ -150,19 +166,76 @@ impl KvCache {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn index_select(&self, rows: &Tensor) -> Result<Self> {
-        let layers = self
-            .layers
-            .iter()
-            .map(|l| match l {
-                Some((k, v)) => Ok(Some((
-                    k.contiguous()?.index_select(rows, 0)?,
-                    v.contiguous()?.index_select(rows, 0)?,
-                ))),
-                None => Ok(None),
-            })
-            .collect::<candle_core::Result<Vec<_>>>()
-            .ctx("KvCache::index_select")?;
-        Ok(Self::from_layers(layers))
+        self.pick_rows(rows).ctx("KvCache::index_select")
+    }
+
+    fn pick_rows(&self, rows: &Tensor) -> candle_core::Result<Self> {
+        let mut picked = Self::new(self.layers.len());
+        picked.room.resize_with(self.layers.len(), || None);
+        for (i, layer) in self.layers.iter().enumerate() {
+            let Some(layer) = layer else { continue };
+            let room = self.room.get(i).and_then(Option::as_ref);
+            match room.filter(|r| r.holds(layer)) {
+                // The rows of the whole buffer, spare room included: one copy, and the next
+                // append writes into it instead of copying the cache into a new buffer.
+                Some(r) => {
+                    let mut new = Room {
+                        k: r.k.index_select(rows, 0)?,
+                        v: r.v.index_select(rows, 0)?,
+                        start: r.start,
+                        len: r.len,
+                        views: r.views,
+                    };
+                    picked.layers[i] = Some(new.views()?);
+                    picked.room[i] = Some(new);
+                }
+                None => {
+                    let (k, v) = layer;
+                    picked.layers[i] = Some((
+                        k.contiguous()?.index_select(rows, 0)?,
+                        v.contiguous()?.index_select(rows, 0)?,
+                    ));
+                }
+            }
+        }
+        Ok(picked)
+    }
+
+    /// Drops the first `n` cached positions of every layer (padding columns that no row
+    /// needs any more); later appends still write in place.
+    ///
+    /// # Errors
+    /// [`atomrl_core::Error::Candle`] when a layer holds fewer than `n` positions.
+    ///
+    /// ```
+    /// use atomrl_model::KvCache;
+    /// use candle_core::{DType, Device, Tensor};
+    /// let k = Tensor::zeros((2, 1, 5, 4), DType::F32, &Device::Cpu)?;
+    /// let mut cache = KvCache::from_layers(vec![Some((k.clone(), k))]);
+    /// cache.drop_front(2)?;
+    /// assert_eq!(cache.seq_len(), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn drop_front(&mut self, n: usize) -> Result<()> {
+        let func = "KvCache::drop_front";
+        for (i, slot) in self.layers.iter_mut().enumerate() {
+            let Some(layer) = slot.as_mut() else { continue };
+            let room = self.room.get_mut(i).and_then(Option::as_mut);
+            match room.filter(|r| r.holds(layer) && r.len >= n) {
+                Some(r) => {
+                    r.start += n;
+                    r.len -= n;
+                    *layer = r.views().ctx(func)?;
+                }
+                None => {
+                    let s = layer.0.dim(2).ctx(func)?;
+                    let keep = s.saturating_sub(n);
+                    layer.0 = layer.0.narrow(2, n, keep).ctx(func)?;
+                    layer.1 = layer.1.narrow(2, n, keep).ctx(func)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Empties the cache (keeps the number of layers).
@@ -189,12 +262,11 @@ fn append_in_place(
     let (n, kv, l, d) = k.dims4()?;
     let len = prev.as_ref().map_or(Ok(0), |(pk, _)| pk.dim(2))?;
     let usable = room.as_ref().is_some_and(|r| {
-        let views = prev.as_ref().map(|(pk, pv)| (pk.id(), pv.id()));
         r.len == len
-            && (len == 0 || views == Some(r.views))
-            && r.k
-                .dims4()
-                .is_ok_and(|(rn, rkv, cap, rd)| (rn, rkv, rd) == (n, kv, d) && cap >= len + l)
+            && (len == 0 || prev.as_ref().is_some_and(|p| r.holds(p)))
+            && r.k.dims4().is_ok_and(|(rn, rkv, cap, rd)| {
+                (rn, rkv, rd) == (n, kv, d) && cap >= r.start + len + l
+            })
             && r.k.dtype() == k.dtype()
     });
     if !usable {
@@ -208,6 +280,7 @@ fn append_in_place(
         *room = Some(Room {
             k: kb,
             v: vb,
+            start: 0,
             len,
             views: (k.id(), v.id()),
         });
@@ -215,12 +288,10 @@ fn append_in_place(
     let Some(r) = room.as_mut() else {
         candle_core::bail!("KvCache: no buffer after allocation");
     };
-    r.k.slice_set(&k.contiguous()?, 2, len)?;
-    r.v.slice_set(&v.contiguous()?, 2, len)?;
+    r.k.slice_set(&k.contiguous()?, 2, r.start + len)?;
+    r.v.slice_set(&v.contiguous()?, 2, r.start + len)?;
     r.len = len + l;
-    let (kw, vw) = (r.k.narrow(2, 0, r.len)?, r.v.narrow(2, 0, r.len)?);
-    r.views = (kw.id(), vw.id());
-    Ok((kw, vw))
+    r.views()
 }
 
 #[cfg(test)]

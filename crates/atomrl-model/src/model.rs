@@ -18,6 +18,13 @@ use crate::ops::rope_tables;
 use crate::params::{param_specs, Init, Rng};
 use crate::weights::{load_safetensors_dir, WEIGHTS_FILE};
 
+/// The most memory a CPU generation view spends on transposed copies of the projection
+/// weights ([`CausalLm::generation_view`]). Up to ~250M f32 parameters; a larger model's
+/// copies would add gigabytes while its decode steps gain less (gemm's copy of a weight is
+/// paid back by more rows of work at larger widths: Qwen2.5-0.5B's gate projection at 64 rows
+/// gained 1.26×, the embedded model's 1.39–1.79×).
+const TRANSPOSED_WEIGHTS_MAX_BYTES: usize = 1 << 30;
+
 /// How the network reads the weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -651,14 +658,15 @@ impl CausalLm {
         Ok(copy)
     }
 
-    /// A [`CausalLm::detached`] view for generating. On a GPU, RMSNorm and RoPE run candle-nn's
+    /// A [`CausalLm::detached`] view for generating. On the CPU its projections also keep
+    /// transposed copies of their weights for decode steps (up to a memory bound; below). On a GPU, RMSNorm and RoPE run candle-nn's
     /// fused forward-only kernels and the attention softmax AtomRL's own (feature `cuda`; else
     /// candle-nn's): one launch instead of five to seven each, about a third of a decode step's
     /// launches. Attention multiplies the
     /// query heads of a group against their shared key/value head instead of copying the KV
     /// cache once per query head; the logits equal the detached view's up to float rounding
     /// (the same formulas, f32 inside for half precision). On the
-    /// CPU it is the detached view itself: there the fused kernels were no faster for decoding
+    /// CPU the fused kernels stay off: there they were no faster for decoding
     /// (2-core machine, 2,000 forwards of a tiny model: 2.1–2.6 s with the tensor-op forms,
     /// 2.6–2.8 s with fused RMSNorm and softmax). Scoring passes (old and reference log-probs)
     /// use [`CausalLm::detached`] everywhere, which computes exactly what the training forward
@@ -678,10 +686,23 @@ impl CausalLm {
     pub fn generation_view(&self) -> Self {
         let view = self.detached();
         if self.device.is_cpu() {
-            view
+            view.with_transposed_weights()
         } else {
             view.with_fused_kernels()
         }
+    }
+
+    /// This view with each projection's weight also kept transposed, when the copies take at
+    /// most [`TRANSPOSED_WEIGHTS_MAX_BYTES`]: a decode step's products then skip gemm's copy of
+    /// each weight (`linear.rs`, `TRANSPOSED_ROWS`; equal up to float rounding). The embedded
+    /// GRPO run's sampling is ~20% faster (docs/performance.md, item 14). Larger models keep
+    /// the plain view, whose decoding needs no memory beyond the weights.
+    fn with_transposed_weights(mut self) -> Self {
+        if self.net.projection_bytes() > TRANSPOSED_WEIGHTS_MAX_BYTES {
+            return self;
+        }
+        self.net = self.net.with_transposed_weights();
+        self
     }
 
     /// This view with candle's fused RMSNorm and softmax kernels (see [`crate::ops`]).

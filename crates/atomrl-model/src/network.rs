@@ -74,6 +74,7 @@ fn linear(src: &dyn TensorSource, module: &str, bias: bool) -> Result<Linear> {
         },
         frozen: src.frozen(),
         lora: src.lora(module)?,
+        weight_t: None,
     })
 }
 
@@ -342,13 +343,29 @@ impl DecoderLayer {
         })
     }
 
+    /// The layer's seven projections.
+    fn linears(&self) -> [&Linear; 7] {
+        let (a, m) = (&self.attn, &self.mlp);
+        [&a.q, &a.k, &a.v, &a.o, &m.gate, &m.up, &m.down]
+    }
+
+    /// The layer's seven projections, to change.
+    fn linears_mut(&mut self) -> [&mut Linear; 7] {
+        let (a, m) = (&mut self.attn, &mut self.mlp);
+        [
+            &mut a.q,
+            &mut a.k,
+            &mut a.v,
+            &mut a.o,
+            &mut m.gate,
+            &mut m.up,
+            &mut m.down,
+        ]
+    }
+
     /// Whether some adapter of the layer applies dropout in training mode.
     pub fn has_dropout(&self) -> bool {
-        let a = &self.attn;
-        let m = &self.mlp;
-        [&a.q, &a.k, &a.v, &a.o, &m.gate, &m.up, &m.down]
-            .iter()
-            .any(|l| l.has_dropout())
+        self.linears().iter().any(|l| l.has_dropout())
     }
 
     pub fn forward(
@@ -482,6 +499,7 @@ impl Network {
                 bias: None,
                 frozen: src.frozen(),
                 lora: None,
+                weight_t: None,
             },
             eps: c.rms_norm_eps,
             hidden: c.hidden_size,
@@ -503,6 +521,7 @@ impl Network {
         let lm_head = if self.tied {
             Linear {
                 weight: embed.clone(),
+                weight_t: None,
                 ..self.lm_head.clone()
             }
         } else {
@@ -579,6 +598,34 @@ impl Network {
             (x, h) = layer.decode_static((&x, &h), i, s, next_norm)?;
         }
         self.lm_head.forward(&h, false)
+    }
+
+    /// The network with every projection's transposed weight ([`Linear::weight_t`], made on
+    /// first use): the products of decode steps on the CPU read it without gemm copying the
+    /// weight first. Up to a copy of every projection weight; only for a network whose weights
+    /// no longer change (a view for decoding).
+    pub fn with_transposed_weights(&self) -> Self {
+        let mut net = self.clone();
+        for layer in &mut net.layers {
+            for linear in layer.linears_mut() {
+                linear.keep_transposed();
+            }
+        }
+        net.lm_head.keep_transposed();
+        net
+    }
+
+    /// Bytes of the projection weights, the LM head's included: what
+    /// [`Network::with_transposed_weights`] copies.
+    pub fn projection_bytes(&self) -> usize {
+        let bytes = |l: &Linear| l.weight.elem_count() * l.weight.dtype().size_in_bytes();
+        let layers: usize = self
+            .layers
+            .iter()
+            .flat_map(DecoderLayer::linears)
+            .map(bytes)
+            .sum();
+        layers + bytes(&self.lm_head)
     }
 
     /// Every layer's projections merged for decoding, where they can be ([`MergedLayer`]).

@@ -63,3 +63,114 @@ fn cached_decode_equals_full_forward_with_left_padding() {
         assert!(e.contains("cache"), "{e}");
     }
 }
+
+/// Logits of a left-padded prefill of three rows, then decode steps in which rows finish and
+/// the padding column all remaining rows share is dropped, as `BatchDecoder` runs them. With
+/// `fresh`, each step gets a clone of the cache, which has no spare room (every append copies
+/// the cache into a new buffer).
+fn decode_with_retain(m: &CausalLm, fresh: bool) -> Vec<Tensor> {
+    let d = Device::Cpu;
+    let ids = Tensor::new(&[[0u32, 5, 6, 7], [3, 4, 5, 6], [0, 9, 10, 11]], &d).unwrap();
+    let mask = Tensor::new(&[[0u32, 1, 1, 1], [1, 1, 1, 1], [0, 1, 1, 1]], &d).unwrap();
+    let mut cache = m.new_kv_cache();
+    let mut out = vec![m
+        .forward(
+            &ForwardInput::new(ids).with_attention_mask(mask.clone()),
+            Some(&mut cache),
+        )
+        .unwrap()];
+    // Each row's next position and attention mask.
+    let mut rows: Vec<(u32, Vec<u32>)> = vec![(3, vec![0, 1, 1, 1]), (4, vec![1; 4])];
+    rows.push((3, vec![0, 1, 1, 1]));
+    for step in 0..40u32 {
+        if step == 3 {
+            // Row 1 (the only one without padding) finishes: the others share a pad column.
+            cache = cache
+                .index_select(&Tensor::new(&[0u32, 2], &d).unwrap())
+                .unwrap();
+            rows.remove(1);
+            cache.drop_front(1).unwrap();
+            rows.iter_mut().for_each(|(_, m)| {
+                m.remove(0);
+            });
+        }
+        if step == 20 {
+            cache = cache
+                .index_select(&Tensor::new(&[1u32], &d).unwrap())
+                .unwrap();
+            rows.remove(0);
+        }
+        let tokens: Vec<u32> = (0..rows.len() as u32)
+            .map(|r| 12 + (step + r) % 20)
+            .collect();
+        let positions: Vec<u32> = rows.iter().map(|(p, _)| *p).collect();
+        rows.iter_mut().for_each(|(p, m)| {
+            *p += 1;
+            m.push(1);
+        });
+        let mask: Vec<u32> = rows.iter().flat_map(|(_, m)| m.clone()).collect();
+        let n = rows.len();
+        let input = ForwardInput::new(Tensor::from_vec(tokens, (n, 1), &d).unwrap())
+            .with_attention_mask(Tensor::from_vec(mask, (n, rows[0].1.len()), &d).unwrap())
+            .with_position_ids(Tensor::from_vec(positions, (n, 1), &d).unwrap());
+        if fresh {
+            cache = cache.clone();
+        }
+        out.push(m.forward(&input, Some(&mut cache)).unwrap());
+    }
+    out
+}
+
+fn bits(t: &Tensor) -> Vec<u32> {
+    let v: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
+    v.into_iter().map(f32::to_bits).collect()
+}
+
+#[test]
+fn the_generation_view_decodes_as_the_detached_view() {
+    // On the CPU the generation view multiplies by transposed copies of the weights: gemm
+    // may sum in another order at these narrow widths, so the logits agree to float rounding.
+    for name in ["tiny-qwen2", "tiny-qwen3", "tiny-llama"] {
+        let m = CausalLm::from_hf_dir(model_dir(name), DType::F32, &Device::Cpu).unwrap();
+        let plain = decode_with_retain(&m.detached(), false);
+        let view = decode_with_retain(&m.generation_view(), false);
+        assert_eq!(plain.len(), view.len());
+        for (step, (a, b)) in plain.iter().zip(&view).enumerate() {
+            let diff = max_diff(a, b);
+            assert!(diff < 5e-5, "{name}, step {step}: {diff}"); // logits of magnitude ~10
+        }
+    }
+}
+
+#[test]
+fn appends_after_dropped_rows_and_columns_equal_a_fresh_cache() {
+    // In place (rows picked from the whole buffer, columns dropped from its front) against a
+    // cache copied into a new buffer at every step.
+    let m = CausalLm::from_hf_dir(model_dir("tiny-qwen2"), DType::F32, &Device::Cpu)
+        .unwrap()
+        .detached();
+    let in_place = decode_with_retain(&m, false);
+    let copied = decode_with_retain(&m, true);
+    assert_eq!(in_place.len(), 41);
+    assert_eq!(in_place[40].dims()[0], 1);
+    for (step, (a, b)) in in_place.iter().zip(&copied).enumerate() {
+        assert_eq!(bits(a), bits(b), "step {step}");
+    }
+    // The last row alone, from scratch: its prompt and the tokens it was fed (as row 2, 1
+    // and 0 of the batch in turn).
+    let mut ids = vec![9u32, 10, 11];
+    ids.extend((0..40u32).map(|s| {
+        let r = match s {
+            0..3 => 2,
+            3..20 => 1,
+            _ => 0,
+        };
+        12 + (s + r) % 20
+    }));
+    let n = ids.len();
+    let full = m
+        .forward_logits(&Tensor::from_vec(ids, (1, n), &Device::Cpu).unwrap(), None)
+        .unwrap();
+    let last = full.narrow(1, n - 1, 1).unwrap();
+    assert!(max_diff(&in_place[40], &last) < 5e-5);
+}

@@ -394,11 +394,7 @@ impl<'m> BatchDecoder<'m> {
             self.seqs.iter_mut().for_each(|s| {
                 s.drain(..trim);
             });
-            for (k, v) in self.cache.layers.iter_mut().flatten() {
-                let s = k.dim(2).ctx(func)?;
-                *k = k.narrow(2, trim, s - trim).ctx(func)?;
-                *v = v.narrow(2, trim, s - trim).ctx(func)?;
-            }
+            self.cache.drop_front(trim)?;
         }
         Ok(())
     }
