@@ -116,8 +116,8 @@ fn generate(
     check_prompts(func, prompts, model.config().vocab_size)?;
     let stops = stop_strings(func, params, stop_decoder)?;
     let pad_id = stop_decoder.map_or(0, ChatTokenizer::pad_token_id);
-    let view = model.generation_view();
     let g = params.num_generations;
+    let view = model.generation_view_for(prompts.len() * g);
     let mut decoder = BatchDecoder::new(&view, mode).with_max_new_tokens(params.max_new_tokens);
     let mut logits = {
         let _p = profile::phase("decode.prefill", view.device());
