@@ -659,13 +659,13 @@ impl CausalLm {
     }
 
     /// A [`CausalLm::detached`] view for generating. On the CPU its projections also keep
-    /// transposed copies of their weights for decode steps (up to a memory bound; below). On a GPU, RMSNorm and RoPE run candle-nn's
-    /// fused forward-only kernels and the attention softmax AtomRL's own (feature `cuda`; else
+    /// transposed copies of their weights for decode steps (up to a memory bound; see
+    /// [`CausalLm::generation_view_for`]). On a GPU, RMSNorm and RoPE run candle-nn's fused
+    /// forward-only kernels and the attention softmax AtomRL's own (feature `cuda`; else
     /// candle-nn's): one launch instead of five to seven each, about a third of a decode step's
-    /// launches. Attention multiplies the
-    /// query heads of a group against their shared key/value head instead of copying the KV
-    /// cache once per query head; the logits equal the detached view's up to float rounding
-    /// (the same formulas, f32 inside for half precision). On the
+    /// launches. Attention multiplies the query heads of a group against their shared key/value
+    /// head instead of copying the KV cache once per query head; the logits equal the detached
+    /// view's up to float rounding (the same formulas, f32 inside for half precision). On the
     /// CPU the fused kernels stay off: there they were no faster for decoding
     /// (2-core machine, 2,000 forwards of a tiny model: 2.1–2.6 s with the tensor-op forms,
     /// 2.6–2.8 s with fused RMSNorm and softmax). Scoring passes (old and reference log-probs)

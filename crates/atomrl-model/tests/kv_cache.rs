@@ -80,8 +80,11 @@ fn decode_with_retain(m: &CausalLm, fresh: bool) -> Vec<Tensor> {
         )
         .unwrap()];
     // Each row's next position and attention mask.
-    let mut rows: Vec<(u32, Vec<u32>)> = vec![(3, vec![0, 1, 1, 1]), (4, vec![1; 4])];
-    rows.push((3, vec![0, 1, 1, 1]));
+    let mut rows: Vec<(u32, Vec<u32>)> = vec![
+        (3, vec![0, 1, 1, 1]),
+        (4, vec![1; 4]),
+        (3, vec![0, 1, 1, 1]),
+    ];
     for step in 0..40u32 {
         if step == 3 {
             // Row 1 (the only one without padding) finishes: the others share a pad column.
