@@ -4,7 +4,7 @@ use atomrl_core::{CandleContext, Error, Result};
 use atomrl_model::{CausalLm, ForwardInput};
 use candle_core::{DType, Tensor};
 
-use crate::fused::{chunk_head_log_softmax, chunk_log_softmax};
+use crate::fused::{chunk_log_softmax, head_log_softmax};
 use crate::selective::{
     check_ids, check_mask, check_temperature, chunk_elements_for, rows_log_softmax, TokenLogProbs,
 };
@@ -190,25 +190,22 @@ pub(crate) fn score_hidden(
     } else {
         None
     };
-    let (lp, ent) = rows_log_softmax(
-        func,
-        n * t,
-        settings.chunk_elements / vocab,
-        with_entropy,
-        |start, len| {
-            let rows = hidden.narrow(0, start, len)?;
-            let tokens = targets.narrow(0, start, len)?;
-            match &head {
-                Some(w) => chunk_head_log_softmax(&rows, w, &tokens, temperature, with_entropy),
-                None => {
-                    let logits = model
-                        .logits(&rows)
-                        .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
-                    chunk_log_softmax(&logits, &tokens, temperature, with_entropy)
-                }
-            }
-        },
-    )?;
+    let chunk_rows = settings.chunk_elements / vocab;
+    let (lp, ent) = match &head {
+        Some(w) => head_log_softmax(&hidden, w, &targets, chunk_rows, temperature, with_entropy)
+            .ctx(func)?,
+        None => rows_log_softmax(func, n * t, chunk_rows, with_entropy, |start, len| {
+            let logits = model
+                .logits(&hidden.narrow(0, start, len)?)
+                .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+            chunk_log_softmax(
+                &logits,
+                &targets.narrow(0, start, len)?,
+                temperature,
+                with_entropy,
+            )
+        })?,
+    };
     let shape = |x: Tensor| -> Result<Tensor> {
         let x = x.reshape((n, t)).ctx(func)?;
         x.mul(&keep.to_dtype(x.dtype()).ctx(func)?).ctx(func)

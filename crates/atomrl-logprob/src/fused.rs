@@ -203,10 +203,12 @@ pub(crate) fn logits_grad_tensor_ops(
 
 /// The gradient carrier of the LM head fused with the log-softmax: arguments `hidden [R, H]`
 /// and the head's `weight [V, H]`, forward zeros `[R, 2]`; backward recomputes the logits
-/// `hidden · weightᵀ` and returns `(dx · weight, dxᵀ · hidden)`, with `dx` the gradient with
-/// respect to the logits (none for a frozen weight).
+/// `hidden · weightᵀ` a chunk of rows at a time and returns `(dx · weight, dxᵀ · hidden)`,
+/// with `dx` the gradient with respect to the logits (none for a frozen weight). The weight's
+/// gradient is summed over the chunks in one buffer (`crate::accumulate`).
 struct HeadLogSoftmaxGrad {
     tokens: Tensor,
+    chunk_rows: usize,
     temperature: f64,
     with_entropy: bool,
 }
@@ -247,24 +249,39 @@ impl CustomOp2 for HeadLogSoftmaxGrad {
         grad_res: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let w = weight.detach();
-        let h = hidden.detach().to_dtype(w.dtype())?;
-        let logits = h.matmul(&w.t()?)?;
-        let dx = logits_grad(
-            &logits,
-            &self.tokens,
-            self.temperature,
-            self.with_entropy,
-            grad_res,
-        )?
-        .to_dtype(w.dtype())?;
-        let grad_hidden = dx.matmul(&w)?.to_dtype(hidden.dtype())?;
-        let grad_weight = if weight.track_op() {
-            Some(dx.t()?.matmul(&h)?)
-        } else {
-            None
-        };
-        Ok((Some(grad_hidden), grad_weight))
+        let all = hidden.detach().to_dtype(w.dtype())?;
+        let mut grad_hidden = Vec::new();
+        let mut grad_weight: Option<Tensor> = None;
+        for (start, len) in chunks(all.dim(0)?, self.chunk_rows) {
+            let h = all.narrow(0, start, len)?;
+            let logits = h.matmul(&w.t()?)?;
+            let dx = logits_grad(
+                &logits,
+                &self.tokens.narrow(0, start, len)?,
+                self.temperature,
+                self.with_entropy,
+                &grad_res.narrow(0, start, len)?,
+            )?
+            .to_dtype(w.dtype())?;
+            drop(logits);
+            grad_hidden.push(dx.matmul(&w)?.to_dtype(hidden.dtype())?);
+            if weight.track_op() {
+                grad_weight = Some(match grad_weight {
+                    None => dx.t()?.matmul(&h)?,
+                    Some(acc) => crate::accumulate::add_transposed_product(acc, &dx, &h)?,
+                });
+            }
+        }
+        Ok((Some(Tensor::cat(&grad_hidden, 0)?), grad_weight))
     }
+}
+
+/// `(start, len)` of consecutive chunks of at most `chunk_rows` (at least 1) of `rows` rows.
+fn chunks(rows: usize, chunk_rows: usize) -> impl Iterator<Item = (usize, usize)> {
+    let step = chunk_rows.max(1);
+    (0..rows)
+        .step_by(step)
+        .map(move |start| (start, step.min(rows - start)))
 }
 
 /// One chunk: `logits [R, V]`, `tokens [R]` (u32) → `log_probs [R]`, `entropy [R]` in the
@@ -287,22 +304,40 @@ pub(crate) fn chunk_log_softmax(
     add_carrier(lp, ent, &carrier)
 }
 
-/// One chunk of hidden states `hidden [R, H]` through the LM head `weight [V, H]` (no bias)
-/// and the log-softmax: `log_probs [R]`, `entropy [R]` of `tokens [R]`, differentiable with
-/// respect to both through one graph node that keeps neither the `[R, V]` logits nor any
-/// intermediate: the backward recomputes the head (one more `[R, H] × [H, V]` matmul).
-pub(crate) fn chunk_head_log_softmax(
+/// Hidden states `hidden [R, H]` through the LM head `weight [V, H]` (no bias) and the
+/// log-softmax, `chunk_rows` rows at a time: `log_probs [R]`, `entropy [R]` of `tokens [R]`,
+/// differentiable with respect to both through one graph node that keeps neither the
+/// `[rows, V]` logits nor any intermediate: the backward recomputes the head chunk by chunk
+/// (one more `[rows, H] × [H, V]` matmul each) and sums the weight's gradient in one buffer.
+pub(crate) fn head_log_softmax(
     hidden: &Tensor,
     weight: &Tensor,
     tokens: &Tensor,
+    chunk_rows: usize,
     temperature: f64,
     with_entropy: bool,
 ) -> Result<(Tensor, Option<Tensor>)> {
-    let logits = hidden
-        .detach()
-        .to_dtype(weight.dtype())?
-        .matmul(&weight.detach().t()?)?;
-    let (lp, ent) = values(&logits, tokens, temperature, with_entropy)?;
+    let all = hidden.detach().to_dtype(weight.dtype())?;
+    let w = weight.detach();
+    let mut lps = Vec::new();
+    let mut ents = Vec::new();
+    for (start, len) in chunks(all.dim(0)?, chunk_rows) {
+        let logits = all.narrow(0, start, len)?.matmul(&w.t()?)?;
+        let (lp, ent) = values(
+            &logits,
+            &tokens.narrow(0, start, len)?,
+            temperature,
+            with_entropy,
+        )?;
+        lps.push(lp);
+        ents.extend(ent);
+    }
+    let lp = Tensor::cat(&lps, 0)?;
+    let ent = if with_entropy {
+        Some(Tensor::cat(&ents, 0)?)
+    } else {
+        None
+    };
     if !hidden.track_op() && !weight.track_op() {
         return Ok((lp, ent));
     }
@@ -310,6 +345,7 @@ pub(crate) fn chunk_head_log_softmax(
         weight,
         HeadLogSoftmaxGrad {
             tokens: tokens.clone(),
+            chunk_rows,
             temperature,
             with_entropy,
         },
@@ -435,13 +471,19 @@ mod tests {
     }
 
     /// The head fused with the log-softmax: values and the gradients of both the hidden
-    /// states and the weight agree with `hidden · weightᵀ` followed by the tensor-op form; a
-    /// frozen (detached) weight gets none and the hidden states still get theirs.
+    /// states and the weight agree with `hidden · weightᵀ` followed by the tensor-op form,
+    /// whatever the chunks (one, uneven, one row each: the weight's gradient summed over them
+    /// in place); a frozen (detached) weight gets none and the hidden states still get theirs.
     #[test]
     fn the_fused_head_matches_a_matmul_then_log_softmax() {
         let d = Device::Cpu;
         let (r, h, v) = (6, 5, 13);
-        for (t, with_entropy) in [(1.0, true), (0.7, false), (1.3, true)] {
+        for (t, with_entropy, chunk_rows) in [
+            (1.0, true, 6),
+            (0.7, false, 4),
+            (1.3, true, 1),
+            (1.0, true, 4),
+        ] {
             for frozen in [false, true] {
                 let hid = Var::from_tensor(&Tensor::randn(0f32, 1.0, (r, h), &d).unwrap()).unwrap();
                 let w0 = Tensor::randn(0f32, 1.0, (v, h), &d).unwrap();
@@ -453,9 +495,15 @@ mod tests {
                 };
                 let tokens = Tensor::new(&[0u32, 12, 3, 3, 7, 1], &d).unwrap();
                 let a = Tensor::arange(1f32, 1.0 + r as f32, &d).unwrap();
-                let (lp, ent) =
-                    chunk_head_log_softmax(hid.as_tensor(), &weight, &tokens, t, with_entropy)
-                        .unwrap();
+                let (lp, ent) = head_log_softmax(
+                    hid.as_tensor(),
+                    &weight,
+                    &tokens,
+                    chunk_rows,
+                    t,
+                    with_entropy,
+                )
+                .unwrap();
                 let logits = hid.as_tensor().matmul(&weight.t().unwrap()).unwrap();
                 let (want_lp, want_h) = reference(&logits, &tokens, t).unwrap();
                 assert!(max_abs_diff(&lp, &want_lp) < 1e-5);

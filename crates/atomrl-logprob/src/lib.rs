@@ -26,6 +26,7 @@
 
 #![deny(missing_docs)]
 
+mod accumulate;
 mod action;
 #[cfg(feature = "cuda")]
 mod cuda;
