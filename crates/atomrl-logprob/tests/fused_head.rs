@@ -1,10 +1,11 @@
 //! From `FUSED_HEAD_MIN_VOCAB` tokens on, `get_action_log_probs` recomputes the LM head in
 //! backward. Its log-probs, entropies and the gradients of every trainable variable must be
 //! those of the logits of one full forward followed by a log-softmax (tied and untied heads,
-//! the full model and LoRA, whose head is frozen).
+//! the full model and LoRA, whose head is frozen), in one chunk of rows or several (the
+//! head's weight gradient summed over them in one buffer).
 #![allow(clippy::unwrap_used)]
 
-use atomrl_logprob::{get_action_log_probs, FUSED_HEAD_MIN_VOCAB};
+use atomrl_logprob::{get_action_log_probs, get_action_log_probs_chunked, FUSED_HEAD_MIN_VOCAB};
 use atomrl_model::{Architecture, CausalLm, ForwardInput, LoraConfig, ModelConfig};
 use candle_core::{DType, Device, Tensor, D};
 
@@ -96,12 +97,23 @@ fn max_abs(t: &Tensor) -> f32 {
 fn recomputing_the_head_gives_the_full_forward_numbers_and_gradients() {
     let (ids, mask) = batch();
     let (t, temp) = (4, 0.8);
-    for (tied, lora) in [(true, false), (false, false), (true, true)] {
+    let vocab = FUSED_HEAD_MIN_VOCAB + 1_000;
+    for (tied, lora, chunk_rows) in [
+        (true, false, None),
+        (false, false, None),
+        (true, true, None),
+        (true, false, Some(3)),
+        (false, false, Some(1)),
+    ] {
         let m = model(tied, lora);
-        let out = get_action_log_probs(&m, &ids, &mask, t, temp, true).unwrap();
+        let out = match chunk_rows {
+            None => get_action_log_probs(&m, &ids, &mask, t, temp, true),
+            Some(r) => get_action_log_probs_chunked(&m, &ids, &mask, t, temp, true, r * vocab),
+        }
+        .unwrap();
         let ent = out.entropy.unwrap();
         let (want_lp, want_ent) = reference(&m, &ids, &mask, t, temp);
-        let what = format!("tied={tied} lora={lora}");
+        let what = format!("tied={tied} lora={lora} chunk rows {chunk_rows:?}");
         assert!(
             max_abs(&(&out.log_probs - &want_lp).unwrap()) < 1e-4,
             "{what}: log-probs"
