@@ -15,8 +15,10 @@ use crate::selective::{
 /// Runs one forward pass for the hidden states, then applies the LM head and the
 /// log-softmax a chunk of rows at a time, so the `[N, T, V]` logits are never materialised
 /// whole (beyond one chunk). In a training forward each chunk's log-softmax is one graph node
-/// that recomputes the softmax in backward, and from [`FUSED_HEAD_MIN_VOCAB`] tokens on the LM
-/// head joins it, so neither the chunk's intermediates nor its logits are kept for backward.
+/// that recomputes the softmax in backward. From [`FUSED_HEAD_MIN_VOCAB`] tokens on, the LM
+/// head joins it and all chunks become one node: neither a chunk's intermediates nor its
+/// logits are kept for backward, which recomputes them chunk by chunk and sums the head's
+/// weight gradient in one buffer.
 /// Works with left and right padding (positions come from the mask);
 /// outputs are 0 where the target token is padding (`attention_mask = 0`). Differentiable
 /// with respect to the model's trainable variables.

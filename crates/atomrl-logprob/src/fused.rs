@@ -1,4 +1,5 @@
-//! The selective log-softmax of one chunk as a single graph node.
+//! The selective log-softmax of one chunk as a single graph node (and, with the LM head, of
+//! all the chunks of a micro-batch).
 //!
 //! Written from tensor ops, `log softmax(x / T)[token]` and the entropy keep every
 //! intermediate of the `[R, V]` chunk alive until backward: the f32 cast of half-precision
