@@ -196,7 +196,7 @@ pub(crate) fn score_hidden(
     let (lp, ent) = match &head {
         Some(w) => head_log_softmax(&hidden, w, &targets, chunk_rows, temperature, with_entropy)
             .ctx(func)?,
-        None => rows_log_softmax(func, n * t, chunk_rows, with_entropy, |start, len| {
+        None => rows_log_softmax(n * t, chunk_rows, with_entropy, |start, len| {
             let logits = model
                 .logits(&hidden.narrow(0, start, len)?)
                 .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
@@ -206,7 +206,8 @@ pub(crate) fn score_hidden(
                 temperature,
                 with_entropy,
             )
-        })?,
+        })
+        .ctx(func)?,
     };
     let shape = |x: Tensor| -> Result<Tensor> {
         let x = x.reshape((n, t)).ctx(func)?;

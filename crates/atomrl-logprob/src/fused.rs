@@ -15,6 +15,7 @@
 //!
 //! with `p = softmax(x / T)` and `H = −Σ p log p`.
 
+use crate::selective::{chunks, rows_log_softmax};
 use candle_core::{
     backend::{BackendDevice, BackendStorage},
     CpuStorage, CudaStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor, D,
@@ -277,14 +278,6 @@ impl CustomOp2 for HeadLogSoftmaxGrad {
     }
 }
 
-/// `(start, len)` of consecutive chunks of at most `chunk_rows` (at least 1) of `rows` rows.
-fn chunks(rows: usize, chunk_rows: usize) -> impl Iterator<Item = (usize, usize)> {
-    let step = chunk_rows.max(1);
-    (0..rows)
-        .step_by(step)
-        .map(move |start| (start, step.min(rows - start)))
-}
-
 /// One chunk: `logits [R, V]`, `tokens [R]` (u32) → `log_probs [R]`, `entropy [R]` in the
 /// compute dtype, differentiable with respect to `logits` through one graph node.
 pub(crate) fn chunk_log_softmax(
@@ -320,25 +313,15 @@ pub(crate) fn head_log_softmax(
 ) -> Result<(Tensor, Option<Tensor>)> {
     let all = hidden.detach().to_dtype(weight.dtype())?;
     let w = weight.detach();
-    let mut lps = Vec::new();
-    let mut ents = Vec::new();
-    for (start, len) in chunks(all.dim(0)?, chunk_rows) {
+    let (lp, ent) = rows_log_softmax(all.dim(0)?, chunk_rows, with_entropy, |start, len| {
         let logits = all.narrow(0, start, len)?.matmul(&w.t()?)?;
-        let (lp, ent) = values(
+        values(
             &logits,
             &tokens.narrow(0, start, len)?,
             temperature,
             with_entropy,
-        )?;
-        lps.push(lp);
-        ents.extend(ent);
-    }
-    let lp = Tensor::cat(&lps, 0)?;
-    let ent = if with_entropy {
-        Some(Tensor::cat(&ents, 0)?)
-    } else {
-        None
-    };
+        )
+    })?;
     if !hidden.track_op() && !weight.track_op() {
         return Ok((lp, ent));
     }

@@ -165,20 +165,15 @@ pub fn selective_log_softmax_chunked(
     }
     let flat = logits.reshape((rows, v)).ctx(func)?;
     let flat_tokens = tokens.reshape(rows).ctx(func)?;
-    let out = rows_log_softmax(
-        func,
-        rows,
-        chunk_elements / v,
-        with_entropy,
-        |start, len| {
-            crate::fused::chunk_log_softmax(
-                &flat.narrow(0, start, len)?,
-                &flat_tokens.narrow(0, start, len)?,
-                temperature,
-                with_entropy,
-            )
-        },
-    )?;
+    let out = rows_log_softmax(rows, chunk_elements / v, with_entropy, |start, len| {
+        crate::fused::chunk_log_softmax(
+            &flat.narrow(0, start, len)?,
+            &flat_tokens.narrow(0, start, len)?,
+            temperature,
+            with_entropy,
+        )
+    })
+    .ctx(func)?;
     Ok(TokenLogProbs {
         log_probs: out.0.reshape((n, t)).ctx(func)?,
         entropy: out.1.map(|e| e.reshape((n, t))).transpose().ctx(func)?,
@@ -189,30 +184,33 @@ pub fn selective_log_softmax_chunked(
 /// returns the `[len]` log-probs (and entropies) of rows `start..start + len`. Returns flat
 /// `[rows]` log-probs and entropies.
 pub(crate) fn rows_log_softmax(
-    func: &str,
     rows: usize,
     chunk_rows: usize,
     with_entropy: bool,
     chunk: impl Fn(usize, usize) -> candle_core::Result<(Tensor, Option<Tensor>)>,
-) -> Result<(Tensor, Option<Tensor>)> {
-    let chunk_rows = chunk_rows.max(1);
+) -> candle_core::Result<(Tensor, Option<Tensor>)> {
     let mut lps = Vec::new();
     let mut ents = Vec::new();
-    let mut start = 0;
-    while start < rows {
-        let len = chunk_rows.min(rows - start);
-        let (lp, ent) = chunk(start, len).ctx(func)?;
+    for (start, len) in chunks(rows, chunk_rows) {
+        let (lp, ent) = chunk(start, len)?;
         lps.push(lp);
         ents.extend(ent);
-        start += len;
     }
-    let lp = Tensor::cat(&lps, 0).ctx(func)?;
+    let lp = Tensor::cat(&lps, 0)?;
     let ent = if with_entropy {
-        Some(Tensor::cat(&ents, 0).ctx(func)?)
+        Some(Tensor::cat(&ents, 0)?)
     } else {
         None
     };
     Ok((lp, ent))
+}
+
+/// `(start, len)` of consecutive chunks of at most `chunk_rows` (at least 1) of `rows` rows.
+pub(crate) fn chunks(rows: usize, chunk_rows: usize) -> impl Iterator<Item = (usize, usize)> {
+    let step = chunk_rows.max(1);
+    (0..rows)
+        .step_by(step)
+        .map(move |start| (start, step.min(rows - start)))
 }
 
 /// Checks that `mask` holds only 0 and 1 (naming `arg` and the first bad position) and returns
