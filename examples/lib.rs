@@ -212,7 +212,10 @@ pub fn quoted(key: &str, value: &str) -> String {
 /// ```
 pub fn main_with(run: impl FnOnce() -> anyhow::Result<()>) -> ExitCode {
     atomrl_trainer::runtime::tune_allocator();
-    match run() {
+    match atomrl_trainer::runtime::cblas_from_env()
+        .map_err(anyhow::Error::from)
+        .and_then(|()| run())
+    {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

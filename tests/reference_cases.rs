@@ -11,6 +11,9 @@ use atomrl_core::golden::{load_cases, run_case};
 
 #[test]
 fn all_reference_cases_pass_through_the_atomrl_fn_registry() {
+    // With ATOMRL_CBLAS set, the model functions' matmuls run through that CBLAS library: this
+    // test then checks the library against the references (docs/performance.md, item 16).
+    atomrl_core::cblas::use_library_from_env().expect("ATOMRL_CBLAS");
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/reference/cases");
     let cases = load_cases(&dir).expect("reference index");
     let fns = atomrl_fn::catalog::all();

@@ -487,7 +487,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     println!(
         "AtomRL bench: shape {} ({:.1} M parameters), device {}, prompt {}, decode {} new \
          tokens, train {} × {} in micro-batches of {}{}; {} worker(s) of {} thread(s); bandwidth \
-         bound at {:.0} GB/s; memory = peak {mem_kind}; CPU: {}",
+         bound at {:.0} GB/s; memory = peak {mem_kind}; CPU: {}; f32 CPU matmuls: {}",
         a.shape,
         config.num_parameters() as f64 / 1e6,
         a.device,
@@ -505,6 +505,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         candle_core::utils::get_num_threads(),
         bandwidth / 1e9,
         cpu_model(),
+        atomrl_core::cblas::describe(),
     );
     let mut results = Vec::new();
     for name in &a.dtypes {
@@ -577,6 +578,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
             "bandwidth_gbs": bandwidth / 1e9,
             "gradient_checkpointing": a.gradient_checkpointing,
             "cpu": cpu_model(),
+            "cpu_matmuls": atomrl_core::cblas::describe(),
             "profiled": a.profile,
             "results": results,
         });

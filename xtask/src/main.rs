@@ -119,6 +119,7 @@ const FORBIDDEN: [&str; 5] = [
 
 fn main() -> Result<()> {
     atomrl_trainer::runtime::tune_allocator();
+    atomrl_trainer::runtime::cblas_from_env()?;
     match Cli::parse().task {
         Task::Check => check(),
         Task::Deps => deps(),

@@ -26,6 +26,7 @@
 #![deny(missing_docs)]
 
 pub mod allocator;
+pub mod cblas;
 pub mod chat;
 pub mod compare;
 #[cfg(feature = "cuda")]

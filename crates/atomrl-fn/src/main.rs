@@ -15,7 +15,9 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let fns = atomrl_fn::catalog::all();
     let matches = atomrl_fn::cli::command(&fns).get_matches();
-    match atomrl_fn::cli::dispatch(&fns, &matches) {
+    // ATOMRL_CBLAS: the model functions' f32 matmuls through a CBLAS library (atomrl_core::cblas).
+    let cblas = atomrl_core::cblas::use_library_from_env().map(|_| ());
+    match cblas.and_then(|()| atomrl_fn::cli::dispatch(&fns, &matches)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One line, so scripts can show it as is.

@@ -221,6 +221,7 @@ impl Launcher {
 /// The plan does not load or the run fails.
 pub fn trial_main(dir: &Path) -> anyhow::Result<()> {
     atomrl_trainer::runtime::tune_allocator();
+    atomrl_trainer::runtime::cblas_from_env()?;
     watch_parent();
     let path = dir.join("trial.toml");
     let text = std::fs::read_to_string(&path).map_err(|e| SweepError::file(&path, e))?;

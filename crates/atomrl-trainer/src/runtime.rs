@@ -15,6 +15,23 @@ use crate::data::{DataSource, Example};
 /// Keeps freed tensor buffers in the process (see [`atomrl_core::allocator`]).
 pub use atomrl_core::allocator::tune_allocator;
 
+/// `ATOMRL_CBLAS=/path/to/libmkl_rt.so.3` (or another CBLAS library): candle's f32 CPU
+/// matmuls through that library's `cblas_sgemm` ([`atomrl_core::cblas`]); says so on stderr.
+/// Unset, nothing changes.
+///
+/// # Errors
+/// The variable names a file that is not a CBLAS library.
+pub fn cblas_from_env() -> Result<()> {
+    if let Some(path) = atomrl_core::cblas::use_library_from_env()? {
+        eprintln!(
+            "f32 CPU matmuls: cblas_sgemm of {} ({})",
+            path.display(),
+            atomrl_core::cblas::ENV
+        );
+    }
+    Ok(())
+}
+
 /// `ATOMRL_PROFILE=1`: time and count the phases of a training run
 /// ([`atomrl_core::profile`]; synchronising the device at every phase boundary slows the run).
 /// Turns profiling on when the variable says so; returns whether it did.

@@ -63,6 +63,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    atomrl_trainer::runtime::cblas_from_env()?;
     set_threads(cli.threads);
     let examples: Vec<Example> = match (&cli.question, &cli.file) {
         (Some(q), None) => vec![Example::new(Prompt::Text(q.clone()), String::new())],

@@ -65,6 +65,10 @@ fn parse_recipe(s: &str) -> Result<Recipe, String> {
 fn main() -> ExitCode {
     atomrl_trainer::runtime::tune_allocator();
     let cli = Cli::parse();
+    if let Err(e) = atomrl_trainer::runtime::cblas_from_env() {
+        eprintln!("error: {e:#}");
+        return ExitCode::from(2);
+    }
     let ranks = match collective() {
         Ok(ranks) => ranks,
         Err(e) => {

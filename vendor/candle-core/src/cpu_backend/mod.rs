@@ -1454,6 +1454,134 @@ impl MatMul {
     }
 }
 
+// AtomRL: f32 matmuls may go to an external CBLAS `sgemm` (MKL, OpenBLAS, BLIS), registered at
+// run time by `set_sgemm_hook`; see vendor/README.md. Unregistered, nothing changes.
+
+/// `batch` row-major single-precision products `c = op(a) · op(b)` in CBLAS's terms: `op(a)`
+/// is `m × k` (stored `k × m` when `trans_a`), `op(b)` is `k × n` (stored `n × k` when
+/// `trans_b`), `c` is `m × n` with row stride `ldc`; `lda` and `ldb` are the stored row
+/// strides. Product `i` reads `a + i · a_skip` and `b + i · b_skip` (a skip of 0 shares the
+/// operand) and writes `c + i · c_skip`. The pointers are valid for those extents for the
+/// duration of the call.
+#[derive(Debug, Clone, Copy)]
+pub struct SgemmArgs {
+    pub batch: usize,
+    pub a_skip: usize,
+    pub b_skip: usize,
+    pub c_skip: usize,
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: *const f32,
+    pub lda: usize,
+    pub b: *const f32,
+    pub ldb: usize,
+    pub c: *mut f32,
+    pub ldc: usize,
+    /// Threads the matmul may use (candle's `get_num_threads`).
+    pub num_threads: usize,
+}
+
+/// A replacement for candle's f32 matmul kernel. It must write every element of every
+/// product's `c` (`c = op(a) · op(b)`, not accumulated into).
+///
+/// # Safety
+/// Called with pointers valid as [`SgemmArgs`] describes; `c` does not overlap `a` or `b`.
+pub type SgemmHook = unsafe fn(&SgemmArgs);
+
+static SGEMM_HOOK: std::sync::RwLock<Option<SgemmHook>> = std::sync::RwLock::new(None);
+
+/// Routes every later f32 CPU matmul whose operands CBLAS can describe (each with one unit
+/// stride) to `hook`; `None` restores candle's own kernel. Process-wide.
+pub fn set_sgemm_hook(hook: Option<SgemmHook>) {
+    match SGEMM_HOOK.write() {
+        Ok(mut h) => *h = hook,
+        Err(poisoned) => *poisoned.into_inner() = hook,
+    }
+}
+
+/// The registered f32 matmul hook, if any.
+pub fn sgemm_hook() -> Option<SgemmHook> {
+    match SGEMM_HOOK.read() {
+        Ok(h) => *h,
+        Err(poisoned) => *poisoned.into_inner(),
+    }
+}
+
+/// A `rows × cols` operand with row stride `rs` and column stride `cs` as CBLAS sees it:
+/// `(transposed, leading dimension)`, or `None` when neither stride is a unit one (or a
+/// broadcast stride of 0 would be the leading dimension). An extent of 1 has no meaningful
+/// stride, so it matches either form.
+fn cblas_operand(rows: usize, cols: usize, rs: usize, cs: usize) -> Option<(bool, usize)> {
+    if (cs == 1 || cols == 1) && (rows == 1 || rs >= cols) {
+        return Some((false, if rows == 1 { cols } else { rs }));
+    }
+    if (rs == 1 || rows == 1) && (cols == 1 || cs >= rows) {
+        return Some((true, if cols == 1 { rows } else { cs }));
+    }
+    None
+}
+
+impl MatMul {
+    /// `dst = lhs · rhs` through the registered hook, when there is one, the dtype is f32 and
+    /// both operands have a layout CBLAS can express; `Ok(None)` otherwise.
+    #[allow(clippy::too_many_arguments)]
+    fn hooked_sgemm<T: 'static + WithDType>(
+        &self,
+        lhs: &[T],
+        lhs_l: &Layout,
+        rhs: &[T],
+        rhs_l: &Layout,
+        a_skip: usize,
+        b_skip: usize,
+    ) -> Option<Vec<T>> {
+        let (b, m, n, k) = self.0;
+        if T::DTYPE != DType::F32 || k == 0 || m == 0 || n == 0 {
+            return None;
+        }
+        let hook = sgemm_hook()?;
+        let lhs_stride = lhs_l.stride();
+        let rhs_stride = rhs_l.stride();
+        let rank = lhs_stride.len();
+        let (trans_a, lda) =
+            cblas_operand(m, k, lhs_stride[rank - 2], lhs_stride[rank - 1])?;
+        let (trans_b, ldb) =
+            cblas_operand(k, n, rhs_stride[rank - 2], rhs_stride[rank - 1])?;
+        // As in the gemm path: a batch-invariant rhs stacks row-major lhs batches into rows.
+        let (b, m) = if b_skip == 0 && !trans_a && lda == k && a_skip == m * k {
+            (1, b * m)
+        } else {
+            (b, m)
+        };
+        let mut dst: Vec<T> = Vec::with_capacity(b * m * n);
+        let args = SgemmArgs {
+            batch: b,
+            a_skip,
+            b_skip,
+            c_skip: m * n,
+            trans_a,
+            trans_b,
+            m,
+            n,
+            k,
+            a: lhs.as_ptr() as *const f32,
+            lda,
+            b: rhs.as_ptr() as *const f32,
+            ldb,
+            // The capacity holds the b * m * n elements the hook writes.
+            c: dst.as_mut_ptr() as *mut f32,
+            ldc: n,
+            num_threads: crate::utils::get_num_threads(),
+        };
+        unsafe { hook(&args) };
+        // Every element was written by the hook (its contract).
+        unsafe { dst.set_len(b * m * n) };
+        Some(dst)
+    }
+}
+
 impl Map2 for MatMul {
     const OP: &'static str = "mat_mul";
 
@@ -1487,6 +1615,10 @@ impl Map2 for MatMul {
 
         let (a_skip, b_skip) = self.ab_skip(lhs_l, rhs_l)?;
         let c_skip: usize = m * n;
+
+        if let Some(dst) = self.hooked_sgemm(lhs, lhs_l, rhs, rhs_l, a_skip, b_skip) {
+            return Ok(dst);
+        }
 
         let dst_shape: Shape = (m, n).into();
         let dst_strides = dst_shape.stride_contiguous();
