@@ -283,23 +283,37 @@ unsafe fn call_part(sgemm: CblasSgemm, args: &SgemmArgs, part: Part) {
             };
             (args.m, hi - lo, a, b, c.add(lo))
         };
-        // Matrices past i32's range cannot be described to CBLAS; candle's tensors here are
-        // far smaller (a [151936, 896] head is 1.4e8 elements).
+        let sub = SgemmArgs {
+            batch: 1,
+            m,
+            n,
+            a,
+            b,
+            c,
+            ..*args
+        };
+        let ints = [m, n, args.k, args.lda, args.ldb, args.ldc].map(c_int::try_from);
+        let [Ok(m), Ok(n), Ok(k), Ok(lda), Ok(ldb), Ok(ldc)] = ints else {
+            // CBLAS takes 32-bit extents; a matrix past them (far beyond any model's) is
+            // computed here instead.
+            fallback(&sub);
+            continue;
+        };
         sgemm(
             CBLAS_ROW_MAJOR,
-            trans(args.trans_a),
-            trans(args.trans_b),
-            m as c_int,
-            n as c_int,
-            args.k as c_int,
+            trans(sub.trans_a),
+            trans(sub.trans_b),
+            m,
+            n,
+            k,
             1.0,
             a,
-            args.lda as c_int,
+            lda,
             b,
-            args.ldb as c_int,
+            ldb,
             0.0,
             c,
-            args.ldc as c_int,
+            ldc,
         );
     }
 }
@@ -335,7 +349,8 @@ unsafe fn hooked_sgemm(args: &SgemmArgs) {
     });
 }
 
-/// `c = op(a) · op(b)` element by element, for a hook left without a function.
+/// `c = op(a) · op(b)` element by element, for what CBLAS cannot be given: a hook left
+/// without a function (`use_candle_kernel` during a matmul), extents past 32 bits.
 ///
 /// # Safety
 /// As [`candle_core::cpu_backend::SgemmHook`].
@@ -410,6 +425,39 @@ mod tests {
             }
         }
         seen.iter().all(|&s| s == 1)
+    }
+
+    #[test]
+    #[allow(unsafe_code)]
+    fn the_element_by_element_fallback_computes_batched_transposed_products() {
+        // Two products of a (2 × 3, stored transposed) and b (3 × 2), b shared.
+        let a = [
+            1f32, 4., 2., 5., 3., 6., /* second */ 0., 1., 1., 0., 2., 2.,
+        ];
+        let b = [1f32, 0., 0., 1., 1., 1.];
+        let mut c = [0f32; 8];
+        let args = SgemmArgs {
+            batch: 2,
+            a_skip: 6,
+            b_skip: 0,
+            c_skip: 4,
+            trans_a: true,
+            trans_b: false,
+            m: 2,
+            n: 2,
+            k: 3,
+            a: a.as_ptr(),
+            lda: 2,
+            b: b.as_ptr(),
+            ldb: 2,
+            c: c.as_mut_ptr(),
+            ldc: 2,
+            num_threads: 1,
+        };
+        // SAFETY: the arrays hold the extents `args` describes.
+        unsafe { fallback(&args) };
+        // [[1, 2, 3], [4, 5, 6]] · b and [[0, 1, 2], [1, 0, 2]] · b
+        assert_eq!(c, [4., 5., 10., 11., 2., 3., 3., 2.]);
     }
 
     #[test]
