@@ -102,6 +102,11 @@ pub struct BenchArgs {
     /// calls per op on a GPU: its GPU time; `atomrl_model::static_decode_op_times`).
     #[arg(long)]
     pub decode_ops: bool,
+    /// Also time each matrix product of a decoder layer's training step alone, at one
+    /// micro-batch's rows, through the matmul kernel in use (gemm, or `ATOMRL_CBLAS`'s
+    /// library): run with and without `ATOMRL_CBLAS` to compare (`matmul_bench`).
+    #[arg(long)]
+    pub train_matmuls: bool,
     /// Decoder layers instead of the shape's (with `--vocab`, to split a step's time between
     /// the layers and the LM head: run the shape, then fewer layers, then a small vocabulary).
     #[arg(long)]
@@ -550,6 +555,38 @@ pub fn run(a: &BenchArgs) -> Result<()> {
                 op_rows.push(json!({"batch": b, "cap": cap, "ops": ops}));
             }
         }
+        let mut matmul_rows = Vec::new();
+        if a.train_matmuls {
+            let seq = a.prompt_len + a.completion_len;
+            let times = crate::matmul_bench::train_matmul_times(
+                &config,
+                a.micro_batch,
+                seq,
+                dtype,
+                &device,
+            )
+            .with_context(|| format!("training matmuls {name}"))?;
+            println!(
+                "training matmuls {name}, one decoder layer, {} × {seq} rows ({}):",
+                a.micro_batch,
+                atomrl_core::cblas::describe()
+            );
+            for t in &times {
+                let (b, m, k, n) = t.dims;
+                println!(
+                    "  {:<24} [{b}, {m}, {k}] · [{k}, {n}]  {:>9.3} ms  {:>7.1} GFLOPS",
+                    t.name,
+                    t.ms,
+                    t.gflops()
+                );
+                matmul_rows.push(json!({"op": t.name, "dims": [b, m, k, n], "ms": t.ms}));
+            }
+            let layer: f64 = times
+                .iter()
+                .map(|t| t.ms * if t.name.contains("×2") { 2.0 } else { 1.0 })
+                .sum();
+            println!("  a layer's products in all: {layer:.2} ms");
+        }
         let train_row = if a.skip_train {
             Value::Null
         } else {
@@ -565,7 +602,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
             );
             r
         };
-        results.push(json!({"dtype": name, "decode": decode_rows, "decode_ops": op_rows, "train": train_row}));
+        results.push(json!({"dtype": name, "decode": decode_rows, "decode_ops": op_rows, "train_matmuls": matmul_rows, "train": train_row}));
     }
     if let Some(path) = &a.json {
         let doc = json!({

@@ -15,6 +15,7 @@ static ALLOCATOR: atomrl_core::profile::CountingAllocator = atomrl_core::profile
 mod dashboard_bench;
 mod device_check;
 mod hub_serve;
+mod matmul_bench;
 mod size;
 mod tiny_model;
 
