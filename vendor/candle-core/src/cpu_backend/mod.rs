@@ -1685,9 +1685,9 @@ impl Map2 for MatMul {
         };
         // AtomRL: a batch of several products (attention's, one per row and head) is shared
         // among the threads whole, each product on one thread, instead of every small product
-        // being split among all of them (~4× the throughput at Qwen2.5-0.5B's attention
-        // shapes on 2 cores). gemm splits a product by output blocks, never along k, so each
-        // product's values are the same either way.
+        // being split among all of them (1.5–4× the throughput of attention's products at
+        // Qwen2.5-0.5B's shapes on 2 cores: vendor/README.md). gemm splits a product by output
+        // blocks, never along k, so each product's values are the same either way.
         let whole_products = num_threads > 1
             && k > 0
             && c_skip > 0
