@@ -56,22 +56,20 @@ const CBLAS_TRANS: c_int = 112;
 /// too small to pay for waking a thread.
 const SPLIT_MIN_MACS: usize = 1 << 20;
 
-static SGEMM: RwLock<Option<CblasSgemm>> = RwLock::new(None);
+/// The function candle's matmuls go to, and what [`describe`] says of it.
+static SGEMM: RwLock<Option<(CblasSgemm, String)>> = RwLock::new(None);
 
-/// What [`describe`] says of the function in [`SGEMM`].
-static SOURCE: RwLock<Option<String>> = RwLock::new(None);
-
-fn set<T>(lock: &RwLock<T>, value: T) {
-    match lock.write() {
+fn set_sgemm(value: Option<(CblasSgemm, String)>) {
+    match SGEMM.write() {
         Ok(mut v) => *v = value,
         Err(poisoned) => *poisoned.into_inner() = value,
     }
 }
 
-fn get<T: Clone>(lock: &RwLock<T>) -> T {
-    match lock.read() {
-        Ok(v) => v.clone(),
-        Err(poisoned) => poisoned.into_inner().clone(),
+fn with_sgemm<R>(f: impl FnOnce(Option<&(CblasSgemm, String)>) -> R) -> R {
+    match SGEMM.read() {
+        Ok(v) => f(v.as_ref()),
+        Err(poisoned) => f(poisoned.into_inner().as_ref()),
     }
 }
 
@@ -82,10 +80,10 @@ fn get<T: Clone>(lock: &RwLock<T>) -> T {
 /// assert_eq!(atomrl_core::cblas::describe(), "gemm (candle's kernel)");
 /// ```
 pub fn describe() -> String {
-    match (get(&SGEMM), get(&SOURCE)) {
-        (Some(_), Some(source)) => format!("cblas_sgemm of {source}"),
-        _ => "gemm (candle's kernel)".into(),
-    }
+    with_sgemm(|s| match s {
+        Some((_, source)) => format!("cblas_sgemm of {source}"),
+        None => "gemm (candle's kernel)".into(),
+    })
 }
 
 /// Opens the CBLAS library at `path`, makes it single-threaded and sends candle's f32 CPU
@@ -122,8 +120,7 @@ pub fn use_library(path: &Path) -> Result<()> {
     single_threaded(&library);
     // The function pointer must stay valid for every later matmul.
     std::mem::forget(library);
-    use_sgemm(sgemm);
-    set(&SOURCE, Some(path.display().to_string()));
+    install(sgemm, path.display().to_string());
     Ok(())
 }
 
@@ -174,16 +171,18 @@ pub fn use_library_from_env() -> Result<Option<PathBuf>> {
 /// # Ok::<(), candle_core::Error>(())
 /// ```
 pub fn use_sgemm(sgemm: CblasSgemm) {
-    set(&SGEMM, Some(sgemm));
-    set(&SOURCE, Some("a cblas_sgemm function".into()));
+    install(sgemm, "a cblas_sgemm function".into());
+}
+
+fn install(sgemm: CblasSgemm, source: String) {
+    set_sgemm(Some((sgemm, source)));
     set_sgemm_hook(Some(hooked_sgemm));
 }
 
 /// Goes back to candle's own matmul kernel.
 pub fn use_candle_kernel() {
     set_sgemm_hook(None);
-    set(&SGEMM, None);
-    set(&SOURCE, None);
+    set_sgemm(None);
 }
 
 /// Asks the library to run each call on the calling thread, through whichever switch it has
@@ -324,7 +323,7 @@ unsafe fn call_part(sgemm: CblasSgemm, args: &SgemmArgs, part: Part) {
 /// As [`candle_core::cpu_backend::SgemmHook`].
 #[allow(unsafe_code)]
 unsafe fn hooked_sgemm(args: &SgemmArgs) {
-    let Some(sgemm) = get(&SGEMM) else {
+    let Some(sgemm) = with_sgemm(|s| s.map(|(f, _)| *f)) else {
         // Only reachable when `use_candle_kernel` runs during a matmul; the output must still
         // be written.
         fallback(args);
