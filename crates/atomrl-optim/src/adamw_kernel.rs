@@ -1,5 +1,6 @@
 //! The AdamW update in place on f32 tensors (CPU, and CUDA with the `cuda` feature: the
-//! kernels of atomrl-core's `cuda/optim.cu`): three passes over memory and no allocation.
+//! kernels of atomrl-core's `cuda/optim.cu`): three passes over memory and no allocation, each
+//! split over candle's threads on the CPU ([`crate::cpu_loops`]).
 //!
 //! The tensor-op form allocates a new tensor for each of its ~12 ops per parameter; at
 //! Qwen2.5-0.5B's size that is ~24 GB of fresh buffers per step, each page-faulted in and
@@ -39,9 +40,10 @@ impl InplaceOp2 for MomentUpdate {
             );
         }
         let (b, c) = (self.beta as f32, (1.0 - self.beta) as f32);
-        for (m, &g) in m.iter_mut().zip(g) {
-            let f = if self.squared { g * g } else { g };
-            *m = (*m * b + 0.0) + (f * c + 0.0);
+        if self.squared {
+            crate::cpu_loops::zip_mut(m, g, |m, g| *m = (*m * b + 0.0) + (g * g * c + 0.0));
+        } else {
+            crate::cpu_loops::zip_mut(m, g, |m, g| *m = (*m * b + 0.0) + (g * c + 0.0));
         }
         Ok(())
     }
@@ -115,14 +117,14 @@ impl InplaceOp3 for ParamUpdate {
             lr,
             decay,
         } = self.scalars();
-        for ((t, &m), &v) in theta.iter_mut().zip(m).zip(v) {
+        crate::cpu_loops::zip3_mut(theta, m, v, |t, m, v| {
             let update = (m * inv1 + 0.0) / ((v * inv2 + 0.0).sqrt() * 1.0 + eps);
             let decayed = match decay {
                 Some(d) => *t * d + 0.0,
                 None => *t,
             };
             *t = decayed - (update * lr + 0.0);
-        }
+        });
         Ok(())
     }
 

@@ -44,7 +44,10 @@ impl Sum {
                 .inplace_op2(g, &crate::inplace::AddAssign)
                 .ctx(FUNC)?;
         } else {
-            self.tensor = (&self.tensor + g).ctx(FUNC)?;
+            self.tensor = match cpu_sum(&self.tensor, g).ctx(FUNC)? {
+                Some(sum) => sum,
+                None => (&self.tensor + g).ctx(FUNC)?,
+            };
             self.owned = true;
         }
         Ok(())
@@ -62,6 +65,38 @@ impl Sum {
         }
         Ok(())
     }
+}
+
+/// `a + b` of two contiguous CPU f32 tensors of one shape, split over candle's threads (the
+/// same bits as candle's `a + b`); `None` for other tensors.
+fn cpu_sum(a: &Tensor, b: &Tensor) -> candle_core::Result<Option<Tensor>> {
+    if !(a.device().is_cpu() && a.dims() == b.dims()) {
+        return Ok(None);
+    }
+    let sum = cpu_f32s(a, |x| cpu_f32s(b, |y| Ok(crate::cpu_loops::sum(x, y))))?;
+    sum.flatten()
+        .map(|s| Tensor::from_vec(s, a.shape(), a.device()))
+        .transpose()
+}
+
+/// `f` of the elements of a contiguous CPU f32 tensor; `None` for any other tensor.
+fn cpu_f32s<R>(
+    t: &Tensor,
+    f: impl FnOnce(&[f32]) -> candle_core::Result<R>,
+) -> candle_core::Result<Option<R>> {
+    let (storage, layout) = t.storage_and_layout();
+    match (&*storage, layout.contiguous_offsets()) {
+        (candle_core::Storage::Cpu(candle_core::CpuStorage::F32(v)), Some((a, b))) => {
+            f(&v[a..b]).map(Some)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// `‖t‖²` of a contiguous CPU f32 tensor with the bits of candle's `t.sqr().sum_all()`, without
+/// the buffer of squares; `None` for any other tensor (or where candle's order is not known).
+fn cpu_squared_norm(t: &Tensor) -> candle_core::Result<Option<f32>> {
+    Ok(cpu_f32s(t, |x| Ok(crate::cpu_loops::sum_of_squares(x)))?.flatten())
 }
 
 impl Gradients {
@@ -218,6 +253,9 @@ impl Gradients {
         if let Some(total) = self.cuda_squared_norm()? {
             return Ok(total.sqrt());
         }
+        if let Some(total) = self.cpu_squared_norm()? {
+            return Ok(total.sqrt());
+        }
         // Every squared norm stays on the device until one read at the end: on a GPU, one
         // host synchronisation per step instead of one per parameter. The f32 partial sums
         // are added in f64 in name order, as before, so the norm is unchanged to the bit.
@@ -235,6 +273,27 @@ impl Gradients {
             .ctx(FUNC)?;
         let total: f64 = host.iter().map(|&s| s as f64).sum();
         Ok(total.sqrt())
+    }
+
+    /// `Σ ‖g‖²` on the CPU without a buffer of squares: each parameter's f32 sum in candle's
+    /// order ([`cpu_squared_norm`]), the parameters shared among candle's threads, the sums
+    /// added in f64 in name order: the bits of the tensor-op form below. `None` unless every
+    /// gradient is a contiguous CPU f32 tensor.
+    fn cpu_squared_norm(&self) -> Result<Option<f64>> {
+        use rayon::prelude::*;
+        let ts: Vec<&Tensor> = self.sums.values().map(|s| &s.tensor).collect();
+        if ts.is_empty() || !ts.iter().all(|t| t.device().is_cpu()) {
+            return Ok(None);
+        }
+        let partials = ts
+            .par_iter()
+            .map(|t| cpu_squared_norm(t))
+            .collect::<candle_core::Result<Vec<_>>>()
+            .ctx(FUNC)?;
+        Ok(partials
+            .into_iter()
+            .collect::<Option<Vec<f32>>>()
+            .map(|p| p.iter().map(|&s| s as f64).sum()))
     }
 
     /// `Σ ‖g‖²` from AtomRL's CUDA squared-norm kernel (every SM busy, one host copy), when
@@ -351,6 +410,37 @@ mod tests {
                 .expect("clipped"),
             scaled.to_vec1::<f32>().expect("scaled")
         );
+    }
+
+    /// The CPU norm (no buffer of squares, parameters on several threads) against the
+    /// tensor-op form, to the bit, over parameters around candle's 32-element blocks and one
+    /// large enough to be split.
+    #[test]
+    fn the_cpu_norm_has_the_bits_of_the_tensor_ops() {
+        let mut grads = Gradients::new();
+        let mut expected = 0f64;
+        for (i, n) in [1usize, 31, 32, 33, 300, 70_001, 300_007]
+            .into_iter()
+            .enumerate()
+        {
+            let v: Vec<f32> = (0..n)
+                .map(|j| ((j * 7 + i * 13) as f32 * 0.37).sin() * 1e-2)
+                .collect();
+            let g = Tensor::from_vec(v, n, &Device::Cpu).expect("g");
+            let square_sum: f32 = g
+                .sqr()
+                .and_then(|x| x.sum_all())
+                .and_then(|x| x.to_scalar())
+                .expect("tensor ops");
+            expected += square_sum as f64;
+            let sum = Sum {
+                tensor: g,
+                owned: false,
+            };
+            grads.add_sum(&format!("p{i}"), sum).expect("add");
+        }
+        let norm = grads.global_norm().expect("norm");
+        assert_eq!(norm.to_bits(), expected.sqrt().to_bits());
     }
 
     #[test]

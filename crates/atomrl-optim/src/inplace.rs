@@ -67,9 +67,7 @@ impl InplaceOp2 for AddAssign {
                 b.len()
             );
         }
-        for (a, &b) in a.iter_mut().zip(b) {
-            *a += b;
-        }
+        crate::cpu_loops::zip_mut(a, b, |a, b| *a += b);
         Ok(())
     }
 
@@ -95,9 +93,7 @@ impl InplaceOp1 for Scale {
 
     fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> Result<()> {
         let s_f32 = self.0 as f32;
-        for a in f32s_mut(s, l)? {
-            *a = *a * s_f32 + 0.0;
-        }
+        crate::cpu_loops::for_each_mut(f32s_mut(s, l)?, |a| *a = *a * s_f32 + 0.0);
         Ok(())
     }
 

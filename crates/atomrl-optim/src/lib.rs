@@ -25,6 +25,7 @@
 
 mod adamw;
 mod adamw_kernel;
+mod cpu_loops;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod flat;
