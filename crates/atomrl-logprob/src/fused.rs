@@ -204,16 +204,27 @@ pub(crate) fn logits_grad_tensor_ops(
 }
 
 /// The gradient carrier of the LM head fused with the log-softmax: arguments `hidden [R, H]`
-/// and the head's `weight [V, H]`, forward zeros `[R, 2]`; backward recomputes the logits
-/// `hidden · weightᵀ` a chunk of rows at a time and returns `(dx · weight, dxᵀ · hidden)`,
-/// with `dx` the gradient with respect to the logits (none for a frozen weight). The weight's
-/// gradient is summed over the chunks in one buffer (`crate::accumulate`).
+/// and the head's `weight [V, H]`, forward zeros `[R, 2]`; backward takes the logits
+/// `hidden · weightᵀ` a chunk of rows at a time (kept from the forward, or recomputed) and
+/// returns `(dx · weight, dxᵀ · hidden)`, with `dx` the gradient with respect to the logits
+/// (none for a frozen weight). The weight's gradient is summed over the chunks in one buffer
+/// (`crate::accumulate`).
 struct HeadLogSoftmaxGrad {
     tokens: Tensor,
     chunk_rows: usize,
     temperature: f64,
     with_entropy: bool,
+    /// Each chunk's logits from the forward ([`KEEP_CHUNKS`]); empty: recomputed.
+    kept: Vec<Tensor>,
 }
+
+/// The most chunks whose logits the forward keeps for the backward instead of the backward
+/// recomputing them. Recomputing is one `[rows, H] × [H, V]` matmul a chunk, a quarter of the
+/// head's work in a training step (forward, recomputation, and the two gradient products); a
+/// micro-batch of a few chunks keeps them for a few chunk-sizes of memory (on the CPU at most
+/// 8 × 2^24 logits, 512 MiB in f32; the Qwen2.5-0.5B bench's micro-batch of 4 × 96 rows is
+/// four chunks, 233 MB). Larger micro-batches recompute, so memory stays bounded by the chunk.
+pub(crate) const KEEP_CHUNKS: usize = 8;
 
 impl CustomOp2 for HeadLogSoftmaxGrad {
     fn name(&self) -> &'static str {
@@ -250,13 +261,17 @@ impl CustomOp2 for HeadLogSoftmaxGrad {
         _res: &Tensor,
         grad_res: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let _p = atomrl_core::profile::phase("backward.lm_head_log_softmax", hidden.device());
         let w = weight.detach();
         let all = hidden.detach().to_dtype(w.dtype())?;
         let mut grad_hidden = Vec::new();
         let mut grad_weight: Option<Tensor> = None;
-        for (start, len) in chunks(all.dim(0)?, self.chunk_rows) {
+        for (i, (start, len)) in chunks(all.dim(0)?, self.chunk_rows).enumerate() {
             let h = all.narrow(0, start, len)?;
-            let logits = h.matmul(&w.t()?)?;
+            let logits = match self.kept.get(i) {
+                Some(logits) => logits.clone(),
+                None => h.matmul(&w.t()?)?,
+            };
             let dx = logits_grad(
                 &logits,
                 &self.tokens.narrow(0, start, len)?,
@@ -300,9 +315,11 @@ pub(crate) fn chunk_log_softmax(
 
 /// Hidden states `hidden [R, H]` through the LM head `weight [V, H]` (no bias) and the
 /// log-softmax, `chunk_rows` rows at a time: `log_probs [R]`, `entropy [R]` of `tokens [R]`,
-/// differentiable with respect to both through one graph node that keeps neither the
-/// `[rows, V]` logits nor any intermediate: the backward recomputes the head chunk by chunk
-/// (one more `[rows, H] × [H, V]` matmul each) and sums the weight's gradient in one buffer.
+/// differentiable with respect to both through one graph node that keeps no intermediate of
+/// the log-softmax. Up to [`KEEP_CHUNKS`] chunks it keeps the `[rows, V]` logits for the
+/// backward; past that the backward recomputes the head chunk by chunk (one more
+/// `[rows, H] × [H, V]` matmul each), so memory stays bounded by the chunk. Either way the
+/// backward sums the weight's gradient in one buffer, and the numbers are the same.
 pub(crate) fn head_log_softmax(
     hidden: &Tensor,
     weight: &Tensor,
@@ -311,30 +328,71 @@ pub(crate) fn head_log_softmax(
     temperature: f64,
     with_entropy: bool,
 ) -> Result<(Tensor, Option<Tensor>)> {
-    let all = hidden.detach().to_dtype(weight.dtype())?;
-    let w = weight.detach();
-    let (lp, ent) = rows_log_softmax(all.dim(0)?, chunk_rows, with_entropy, |start, len| {
-        let logits = all.narrow(0, start, len)?.matmul(&w.t()?)?;
-        values(
-            &logits,
-            &tokens.narrow(0, start, len)?,
-            temperature,
-            with_entropy,
-        )
-    })?;
-    if !hidden.track_op() && !weight.track_op() {
-        return Ok((lp, ent));
-    }
-    let carrier = hidden.apply_op2(
-        weight,
-        HeadLogSoftmaxGrad {
-            tokens: tokens.clone(),
+    let head = Head {
+        tokens,
+        chunk_rows,
+        temperature,
+        with_entropy,
+    };
+    head.log_softmax(hidden, weight, KEEP_CHUNKS)
+}
+
+/// The settings of [`head_log_softmax`].
+struct Head<'a> {
+    tokens: &'a Tensor,
+    chunk_rows: usize,
+    temperature: f64,
+    with_entropy: bool,
+}
+
+impl Head<'_> {
+    /// [`head_log_softmax`], keeping the logits for the backward up to `keep_chunks` chunks.
+    fn log_softmax(
+        &self,
+        hidden: &Tensor,
+        weight: &Tensor,
+        keep_chunks: usize,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        let Head {
+            tokens,
             chunk_rows,
             temperature,
             with_entropy,
-        },
-    )?;
-    add_carrier(lp, ent, &carrier)
+        } = *self;
+        let all = hidden.detach().to_dtype(weight.dtype())?;
+        let w = weight.detach();
+        let rows = all.dim(0)?;
+        let track = hidden.track_op() || weight.track_op();
+        let keep = track && chunks(rows, chunk_rows).count() <= keep_chunks;
+        let kept = std::cell::RefCell::new(Vec::new());
+        let (lp, ent) = rows_log_softmax(rows, chunk_rows, with_entropy, |start, len| {
+            let logits = all.narrow(0, start, len)?.matmul(&w.t()?)?;
+            let v = values(
+                &logits,
+                &tokens.narrow(0, start, len)?,
+                temperature,
+                with_entropy,
+            )?;
+            if keep {
+                kept.borrow_mut().push(logits);
+            }
+            Ok(v)
+        })?;
+        if !track {
+            return Ok((lp, ent));
+        }
+        let carrier = hidden.apply_op2(
+            weight,
+            HeadLogSoftmaxGrad {
+                tokens: tokens.clone(),
+                chunk_rows,
+                temperature,
+                with_entropy,
+                kept: kept.into_inner(),
+            },
+        )?;
+        add_carrier(lp, ent, &carrier)
+    }
 }
 
 /// Adds the carrier's zero columns to the values, putting them on the graph.
@@ -508,6 +566,40 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Kept logits and recomputed ones give the same values and gradients to the bit.
+    #[test]
+    fn kept_and_recomputed_logits_give_the_same_bits() {
+        let d = Device::Cpu;
+        let (r, h, v) = (9, 7, 23);
+        let hid = Var::from_tensor(&Tensor::randn(0f32, 1.0, (r, h), &d).unwrap()).unwrap();
+        let w = Var::from_tensor(&Tensor::randn(0f32, 1.0, (v, h), &d).unwrap()).unwrap();
+        let tokens = Tensor::new(&[0u32, 22, 3, 3, 7, 1, 9, 9, 14], &d).unwrap();
+        let head = Head {
+            tokens: &tokens,
+            chunk_rows: 2,
+            temperature: 0.8,
+            with_entropy: true,
+        };
+        let run = |keep_chunks| {
+            let (lp, ent) = head
+                .log_softmax(hid.as_tensor(), w.as_tensor(), keep_chunks)
+                .unwrap();
+            let loss =
+                (lp.sum_all().unwrap() + (ent.unwrap() * 0.3).unwrap().sum_all().unwrap()).unwrap();
+            let g = loss.backward().unwrap();
+            let bits = |t: &Tensor| -> Vec<u32> {
+                let v: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
+                v.iter().map(|x| x.to_bits()).collect()
+            };
+            (
+                bits(&lp),
+                bits(g.get(hid.as_tensor()).unwrap()),
+                bits(g.get(w.as_tensor()).unwrap()),
+            )
+        };
+        assert_eq!(run(0), run(usize::MAX));
     }
 
     #[test]
