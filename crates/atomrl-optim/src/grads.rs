@@ -85,10 +85,10 @@ fn cpu_f32s<R>(
     f: impl FnOnce(&[f32]) -> candle_core::Result<R>,
 ) -> candle_core::Result<Option<R>> {
     let (storage, layout) = t.storage_and_layout();
-    match (&*storage, layout.contiguous_offsets()) {
-        (candle_core::Storage::Cpu(candle_core::CpuStorage::F32(v)), Some((a, b))) => {
-            f(&v[a..b]).map(Some)
-        }
+    match &*storage {
+        candle_core::Storage::Cpu(s) => crate::inplace::contiguous_f32s(s, layout)
+            .map(f)
+            .transpose(),
         _ => Ok(None),
     }
 }
@@ -413,8 +413,8 @@ mod tests {
     }
 
     /// The CPU norm (no buffer of squares, parameters on several threads) against the
-    /// tensor-op form, to the bit, over parameters around candle's 32-element blocks and one
-    /// large enough to be split.
+    /// tensor-op form, to the bit, over parameters around candle's 32-element blocks and a few
+    /// large ones.
     #[test]
     fn the_cpu_norm_has_the_bits_of_the_tensor_ops() {
         let mut grads = Gradients::new();

@@ -29,9 +29,17 @@ pub(crate) fn device_supported(device: &candle_core::Device) -> bool {
 
 /// The contiguous f32 elements of a CPU storage.
 pub(crate) fn f32s<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
+    match contiguous_f32s(s, l) {
+        Some(v) => Ok(v),
+        None => candle_core::bail!("atomrl in-place kernel: contiguous f32 tensors expected"),
+    }
+}
+
+/// The elements of a CPU storage when it holds f32 in `l`'s contiguous range; else `None`.
+pub(crate) fn contiguous_f32s<'a>(s: &'a CpuStorage, l: &Layout) -> Option<&'a [f32]> {
     match (s, l.contiguous_offsets()) {
-        (CpuStorage::F32(v), Some((a, b))) => Ok(&v[a..b]),
-        _ => candle_core::bail!("atomrl in-place kernel: contiguous f32 tensors expected"),
+        (CpuStorage::F32(v), Some((a, b))) => Some(&v[a..b]),
+        _ => None,
     }
 }
 
