@@ -27,9 +27,13 @@ use crate::rollout::{FinishReason, RolloutBatch};
 ///   greedy). On the CPU, row `r` draws from its own generator
 ///   [`RowRng::new(seed, r)`](RowRng), so the same seed gives the same completions, whatever
 ///   else runs in the batch. On a GPU, unfiltered sampling (no top-k, top-p, min-p or
-///   repetition penalty) draws on the device by Gumbel-max from the device's generator seeded
-///   with `seed`, so that only the sampled ids cross to the host each step: the same seed on
-///   the same device gives the same completions for the same batch.
+///   repetition penalty) draws on the device by Gumbel-max, so that only the sampled ids
+///   cross to the host each step, with Philox4x32-10 noise keyed by `seed` and indexed by the
+///   row's index in the call, the step and the token (made inside AtomRL's CUDA kernel): a
+///   row's draws do not depend on which other rows are still decoding, and the same seed
+///   gives the same completions, up to the logits' rounding on that device. (With
+///   `ATOMRL_CUDA_FUSED=0` the noise comes from the device's generator seeded with `seed`:
+///   the same completions for the same batch.)
 /// - `sampling_log_probs`: `log softmax(logits / T)` of the sampled token under the raw
 ///   logits (no repetition penalty, no top-k/top-p/min-p truncation; `T = 1` when greedy),
 ///   which is what `get_action_log_probs(model, ids, mask, T, temperature)` recomputes.
@@ -131,7 +135,7 @@ fn generate(
         let pick_phase = profile::phase("decode.pick", view.device());
         let picks: Vec<(u32, f32)> = match device_noise.as_mut() {
             Some(noise) => {
-                let (tokens, lps) = device_pick::pick(&logits, params.temperature, noise)?;
+                let (tokens, lps) = device_pick::pick(&logits, params.temperature, noise, &active)?;
                 tokens.into_iter().zip(lps).collect()
             }
             None => rows.pick_on_host(&logits, &active, params, model.config().vocab_size)?,
@@ -429,5 +433,31 @@ mod tests {
             out.completion_rows().unwrap(),
             run(&p, true).completion_rows().unwrap()
         );
+    }
+
+    /// On the device path a row's noise follows its index in the call and the step, not its
+    /// place in the running batch: rows 0-2 (prompt A) draw the same completions with or
+    /// without prompt B's rows after them (a batch-wide stream would give them other numbers
+    /// from the second step on).
+    #[test]
+    fn a_row_draws_the_same_completion_on_the_device_path_whatever_follows_it() {
+        let model = model();
+        let p = SamplingParams {
+            temperature: 1.0,
+            max_new_tokens: 6,
+            num_generations: 3,
+            seed: 8,
+            ..Default::default()
+        };
+        let a = vec![1u32, 5, 6];
+        let gen = |prompts: &[Vec<u32>]| {
+            generate(&model, prompts, &p, None, CacheMode::KvCache, true)
+                .unwrap()
+                .completion_rows()
+                .unwrap()
+        };
+        let alone = gen(std::slice::from_ref(&a));
+        let with_b = gen(&[a, vec![1, 7]]);
+        assert_eq!(alone[..], with_b[..3]);
     }
 }

@@ -52,6 +52,7 @@ mod device_pick;
 mod generate;
 pub mod kernel_check;
 mod params;
+mod philox;
 #[cfg(feature = "cuda")]
 mod pick_cuda;
 mod process;

@@ -1,91 +1,169 @@
-//! The CUDA form of the device draw (`atomrl_pick_*` in `crates/atomrl-core/cuda/decode.cu`):
-//! each row's Gumbel-max token (or greedy argmax) and its log-prob in one kernel reading the
-//! logits in their dtype, in place of the tensor-op form's ~16 passes over f32 copies.
-// Kernel launches are FFI (`atomrl_core::launch_kernel!`); the launch says what it reads and
+//! The CUDA form of the device draw (`atomrl_pick_part_*` and `atomrl_pick_finish_*` in
+//! `crates/atomrl-core/cuda/decode.cu`): each row's Gumbel-max token (or greedy argmax) and its
+//! log-prob from the logits in their dtype, with the Philox noise of [`StepNoise`] made inside
+//! the kernel, in place of the tensor-op form's ~16 passes over f32 copies and cuRAND's
+//! `[B, V]` f32 noise buffer. Rows are split over several blocks, so that a few rows still
+//! fill the GPU, and the tokens and log-probs come back in one copy.
+// Kernel launches are FFI (`atomrl_core::launch_kernel!`); each launch says what it reads and
 // writes.
 #![allow(unsafe_code)]
 
-use atomrl_core::cuda::{contiguous_range, tensor_from_slice, with_cuda};
+use atomrl_core::cuda::{contiguous_range, with_cuda};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig};
 use candle_core::cuda_backend::CudaDType;
+use std::sync::OnceLock;
+
 use candle_core::{DType, Result, Tensor, WithDType};
 
-/// Threads per row (`PICK_THREADS` in decode.cu).
-const THREADS: u32 = 1024;
+use crate::device_pick::chunking;
+use crate::philox::StepNoise;
 
-/// Whether the kernel takes `logits`: CUDA, f32, bf16 or f16, AtomRL's kernels on.
+/// Threads per block of the first launch (`PICK_THREADS` in decode.cu).
+const THREADS: u32 = 256;
+/// f32 words of one block's partial state (`PickState` in decode.cu: best, index, max, sum).
+const STATE_WORDS: usize = 4;
+
+/// Whether the kernel takes `logits`: CUDA, f32, bf16 or f16, AtomRL's kernels on, and the
+/// kernel agrees with the tensor-op form on this GPU ([`verified`]).
 pub(crate) fn available(logits: &Tensor) -> bool {
     logits.device().is_cuda()
         && matches!(logits.dtype(), DType::F32 | DType::BF16 | DType::F16)
         && atomrl_core::device::cuda_fused_kernels()
+        && verified(logits.device())
 }
 
-/// Tokens (u32 `[B]`) and log-probs (f32 `[B]`) of `logits [B, V]` scaled by `inv_t`, drawn
-/// with the uniform `noise [B, V]` (f32), or greedy without it.
+/// Whether the kernel draws what the tensor-op form draws on this process's GPU, with the same
+/// Philox noise made on the host: checked once, on first use, on 3 rows of 5,003 logits (4
+/// blocks a row), sampled and greedy, tokens equal and log-probs to 1e-4. A kernel that
+/// disagrees or fails is reported and the tensor-op form is kept, so a bad kernel costs
+/// speed, not correctness.
+fn verified(device: &candle_core::Device) -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    *OK.get_or_init(|| match self_check(device) {
+        Ok(None) => true,
+        Ok(Some(what)) => {
+            eprintln!(
+                "warning: AtomRL's CUDA token draw disagrees with its tensor-op form on this \
+                 GPU ({what}); using the tensor-op form"
+            );
+            false
+        }
+        Err(e) => {
+            eprintln!(
+                "warning: AtomRL's CUDA token draw failed its self-check ({e}); using the \
+                 tensor-op form"
+            );
+            false
+        }
+    })
+}
+
+/// `None` when the kernel agrees with the tensor-op form, else what differs.
+fn self_check(device: &candle_core::Device) -> Result<Option<String>> {
+    let (r, v) = (3usize, 5_003usize);
+    let x = crate::kernel_check::grid_logits(r, v);
+    let logits = Tensor::from_vec(x, (r, v), device)?;
+    let noise = StepNoise { seed: 17, step: 2 };
+    let ids = [1u32, 4, 9];
+    for (temperature, noise) in [(0.7, Some((&noise, &ids[..]))), (0.0, None)] {
+        let inv_t = if temperature > 0.0 {
+            1.0 / temperature
+        } else {
+            1.0
+        };
+        let (t, lp) = pick(&logits, noise, inv_t)?;
+        let (t0, lp0) = crate::device_pick::draw(&logits, temperature, noise, false)?;
+        if t != t0 {
+            return Ok(Some(format!(
+                "tokens {t:?} against {t0:?} at T = {temperature}"
+            )));
+        }
+        let d = lp
+            .iter()
+            .zip(&lp0)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        if d.is_nan() || d > 1e-4 {
+            return Ok(Some(format!("log-probs off by {d} at T = {temperature}")));
+        }
+    }
+    Ok(None)
+}
+
+/// Tokens and log-probs of `logits [B, V]` scaled by `inv_t`, drawn with `noise` for the rows
+/// `row_ids` (their indices in the call), or greedy without it; read back in one copy.
 pub(crate) fn pick(
     logits: &Tensor,
-    noise: Option<&Tensor>,
+    noise: Option<(&StepNoise, &[u32])>,
     inv_t: f64,
-) -> Result<(Tensor, Tensor)> {
+) -> Result<(Vec<u32>, Vec<f32>)> {
     fn run<T: CudaDType + DeviceRepr + WithDType>(
         logits: &Tensor,
-        noise: &Tensor,
-        has_noise: bool,
+        noise: Option<(&StepNoise, &[u32])>,
         inv_t: f64,
-    ) -> Result<(Tensor, Tensor)> {
+    ) -> Result<(Vec<u32>, Vec<f32>)> {
         let (rows, v) = logits.dims2()?;
-        let name = atomrl_core::cuda::kernel_name("pick", T::DTYPE)?;
+        let part_name = atomrl_core::cuda::kernel_name("pick_part", T::DTYPE)?;
+        let finish_name = atomrl_core::cuda::kernel_name("pick_finish", T::DTYPE)?;
+        let (chunks, span) = chunking(rows, v, THREADS as usize);
         with_cuda(logits, |ls, ll| {
-            with_cuda(noise, |us, ul| {
-                let dev = ls.device();
-                let (a, b) = contiguous_range(ll, "logits")?;
-                let lv = ls.as_cuda_slice::<T>()?.slice(a..b);
-                let (c, d) = contiguous_range(ul, "noise")?;
-                let uv = us.as_cuda_slice::<f32>()?.slice(c..d);
-                let func = dev.get_or_load_custom_func(
-                    &name,
-                    "atomrl_decode",
-                    atomrl_core::cuda::DECODE_PTX,
-                )?;
-                // SAFETY: the kernel writes one token and one log-prob per row.
-                let tokens = unsafe { dev.alloc::<u32>(rows)? };
-                let lps = unsafe { dev.alloc::<f32>(rows)? };
-                let config = LaunchConfig {
-                    grid_dim: (rows as u32, 1, 1),
-                    block_dim: (THREADS, 1, 1),
-                    shared_mem_bytes: 0,
-                };
-                let (has, it, vi) = (i32::from(has_noise), inv_t as f32, v as i32);
-                // Launch: reads rows × v logits (and as many noise values when has = 1), writes
-                // rows tokens and log-probs; types as in decode.cu.
-                atomrl_core::launch_kernel!(func, config, &lv, &uv, &has, &it, &vi, &tokens, &lps)?;
-                Ok((
-                    tensor_from_slice(tokens, dev, rows),
-                    tensor_from_slice(lps, dev, rows),
-                ))
-            })
+            let dev = ls.device();
+            let (a, b) = contiguous_range(ll, "logits")?;
+            let lv = ls.as_cuda_slice::<T>()?.slice(a..b);
+            let ptx = atomrl_core::cuda::DECODE_PTX;
+            let part = dev.get_or_load_custom_func(&part_name, "atomrl_decode", ptx)?;
+            let finish = dev.get_or_load_custom_func(&finish_name, "atomrl_decode", ptx)?;
+            let (seed, step, ids) = match noise {
+                Some((n, ids)) => (n.key(), n.step, ids.to_vec()),
+                // Not read without noise.
+                None => ([0, 0], 0, vec![0]),
+            };
+            let ids = dev.clone_htod(&ids)?;
+            // SAFETY: every block of the first launch writes its one state; the second writes
+            // every row's token and log-prob.
+            let mut parts = unsafe { dev.alloc::<f32>(rows * chunks * STATE_WORDS)? };
+            let mut out = unsafe { dev.alloc::<u32>(2 * rows)? };
+            let has = i32::from(noise.is_some());
+            let (it, vi, sp) = (inv_t as f32, v as i32, span as i32);
+            let config = LaunchConfig {
+                grid_dim: (chunks as u32, rows as u32, 1),
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // Launch: reads rows × v logits and `rows` row ids (one when has = 0), writes
+            // rows × chunks states; argument types as in decode.cu's atomrl_pick_part.
+            atomrl_core::launch_kernel!(
+                part, config, &lv, &has, &seed[0], &seed[1], &ids, &step, &it, &vi, &sp, &mut parts
+            )?;
+            let (ri, ci) = (rows as i32, chunks as i32);
+            let config = LaunchConfig {
+                grid_dim: (rows.div_ceil(64) as u32, 1, 1),
+                block_dim: (64, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // Launch: reads the states and each row's chosen logit, writes 2 × rows words;
+            // argument types as in atomrl_pick_finish.
+            atomrl_core::launch_kernel!(finish, config, &lv, &parts, &ri, &ci, &it, &vi, &mut out)?;
+            let host = dev.clone_dtoh(&out)?;
+            let tokens = host[..rows].to_vec();
+            let log_probs = host[rows..].iter().map(|&w| f32::from_bits(w)).collect();
+            Ok((tokens, log_probs))
         })
     }
-    let (rows, v) = logits.dims2()?;
-    let stand_in;
-    let (u, has) = match noise {
-        Some(u) => {
-            if u.dims() != [rows, v] || u.dtype() != DType::F32 {
-                candle_core::bail!("atomrl-pick: noise must be f32 [{rows}, {v}]");
-            }
-            (u, true)
+    if let Some((_, ids)) = noise {
+        let rows = logits.dims2()?.0;
+        if ids.len() != rows {
+            candle_core::bail!(
+                "atomrl-pick: {} row ids for {rows} rows of logits",
+                ids.len()
+            );
         }
-        // Not read without noise.
-        None => {
-            stand_in = Tensor::zeros(1, DType::F32, logits.device())?;
-            (&stand_in, false)
-        }
-    };
+    }
     match logits.dtype() {
-        DType::F32 => run::<f32>(logits, u, has, inv_t),
-        DType::BF16 => run::<half::bf16>(logits, u, has, inv_t),
-        DType::F16 => run::<half::f16>(logits, u, has, inv_t),
+        DType::F32 => run::<f32>(logits, noise, inv_t),
+        DType::BF16 => run::<half::bf16>(logits, noise, inv_t),
+        DType::F16 => run::<half::f16>(logits, noise, inv_t),
         dt => candle_core::bail!("atomrl-pick: unsupported dtype {dt:?}"),
     }
 }
