@@ -276,6 +276,11 @@ fn check_kernels(device: &Device, report: &mut Report) -> Result<()> {
             )?)
         },
     )?;
+    // atomrl-logprob's chunked LM head (logits kept and recomputed; the weight gradient summed
+    // over the chunks in place, by cuBLAS with β = 1 on CUDA).
+    check_kernel("lm-head", device, report, |d, dtype, fused| {
+        Ok(atomrl_logprob::kernel_check::lm_head(d, dtype, fused)?)
+    })?;
     // atomrl-sample's device draw (Gumbel-max and greedy tokens with their log-probs).
     check_kernel("device-pick", device, report, |d, dtype, fused| {
         Ok(atomrl_sample::kernel_check::device_pick(d, dtype, fused)?)
@@ -934,9 +939,10 @@ mod tests {
         let rows = run(&args).unwrap();
         std::fs::remove_dir_all(&scratch).ok();
         // models × precisions × rows, (4 decoder kernels + the decode step's 2 + the
-        // log-softmax + the device draw) × precisions × references, the optimizer's two.
+        // log-softmax + the LM head + the device draw) × precisions × references, the
+        // optimizer's two.
         // The static decode rows: f32 only (the CPU has no bf16 static step).
-        assert_eq!(rows.len(), 2 * 2 * 9 + 2 * 2 + 8 * 2 * 2 + 2);
+        assert_eq!(rows.len(), 2 * 2 * 9 + 2 * 2 + 9 * 2 * 2 + 2);
         // The optimizer's rows: the same code on the same device.
         assert!(rows
             .iter()

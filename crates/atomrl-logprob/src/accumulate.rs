@@ -8,17 +8,27 @@
 //! matrix product itself (gemm's `dst ← dst + lhs · rhs`), so the gradient is one buffer
 //! written once per chunk.
 //!
-//! gemm is called directly because candle's matmul has no accumulating form. Where this op
-//! does not run (other dtypes, CUDA) [`add_transposed_product`] falls back to `acc + aᵀ · b`.
+//! gemm (on CUDA, cuBLAS with `β = 1`) is called directly because candle's matmul has no
+//! accumulating form. Where this op does not run (other dtypes, `ATOMRL_CUDA_FUSED=0`)
+//! [`add_transposed_product`] falls back to `acc + aᵀ · b`. On CUDA the sum is rounded once
+//! into `acc`'s dtype, where the fallback rounds the product and then the sum: in bf16 the
+//! in-place form is the more exact of the two, and not the same bits.
 
 use candle_core::{CpuStorage, DType, InplaceOp3, Layout, Result, Tensor};
 
 /// `acc [M, N] ← acc + aᵀ · b` for `a [K, M]`, `b [K, N]`, returning the updated `acc`: in
-/// place on the CPU in f32 and f64 (all three contiguous), else as a new tensor.
+/// place on the CPU in f32 and f64 and on CUDA in f32, bf16 and f16 (all three contiguous;
+/// `acc` must be a buffer no other tensor shares), else as a new tensor.
 pub(crate) fn add_transposed_product(acc: Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    let in_place = acc.device().is_cpu()
-        && matches!(acc.dtype(), DType::F32 | DType::F64)
-        && [&acc, a, b].iter().all(|t| t.dtype() == acc.dtype());
+    let in_place_dtype = if acc.device().is_cpu() {
+        matches!(acc.dtype(), DType::F32 | DType::F64)
+    } else {
+        cfg!(feature = "cuda")
+            && acc.device().is_cuda()
+            && matches!(acc.dtype(), DType::F32 | DType::BF16 | DType::F16)
+            && atomrl_core::device::cuda_fused_kernels()
+    };
+    let in_place = in_place_dtype && [&acc, a, b].iter().all(|t| t.dtype() == acc.dtype());
     if !in_place {
         return acc + a.t()?.matmul(b)?;
     }
@@ -105,16 +115,7 @@ impl InplaceOp3 for AddTransposedProduct {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<()> {
-        let (d1, d2, d3) = (l1.dims(), l2.dims(), l3.dims());
-        let [m, n] = *d1 else {
-            candle_core::bail!("atomrl-add-transposed-product: acc {d1:?} is not a matrix")
-        };
-        let k = d2.first().copied().unwrap_or(0);
-        if d2 != [k, m] || d3 != [k, n] {
-            candle_core::bail!(
-                "atomrl-add-transposed-product: acc {d1:?} += {d2:?}ᵀ · {d3:?}: expected [K, {m}] and [K, {n}]"
-            );
-        }
+        let (k, m, n) = dims(l1, l2, l3)?;
         let ((a1, b1), (a2, b2), (a3, b3)) = (contiguous(l1)?, contiguous(l2)?, contiguous(l3)?);
         match (s1, s2, s3) {
             (CpuStorage::F32(d), CpuStorage::F32(a), CpuStorage::F32(b)) => {
@@ -125,6 +126,116 @@ impl InplaceOp3 for AddTransposedProduct {
             }
             _ => candle_core::bail!("atomrl-add-transposed-product: f32 or f64 tensors expected"),
         }
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &mut candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<()> {
+        cuda::accumulate(s1, l1, s2, l2, s3, l3)
+    }
+}
+
+/// `(K, M, N)` of `acc [M, N] += a [K, M]ᵀ · b [K, N]`, or an error naming the shapes.
+fn dims(l1: &Layout, l2: &Layout, l3: &Layout) -> Result<(usize, usize, usize)> {
+    let (d1, d2, d3) = (l1.dims(), l2.dims(), l3.dims());
+    let [m, n] = *d1 else {
+        candle_core::bail!("atomrl-add-transposed-product: acc {d1:?} is not a matrix")
+    };
+    let k = d2.first().copied().unwrap_or(0);
+    if d2 != [k, m] || d3 != [k, n] {
+        candle_core::bail!(
+            "atomrl-add-transposed-product: acc {d1:?} += {d2:?}ᵀ · {d3:?}: expected [K, {m}] and [K, {n}]"
+        );
+    }
+    Ok((k, m, n))
+}
+
+/// The CUDA form: one cuBLAS GEMM with `β = 1` on candle's handle and stream.
+#[cfg(feature = "cuda")]
+mod cuda {
+    // cuBLAS is FFI; the call says what it reads and writes.
+    #![allow(unsafe_code)]
+
+    use candle_core::backend::BackendStorage;
+    use candle_core::cuda_backend::cudarc::cublas::CudaBlas;
+    use candle_core::cuda_backend::cudarc::cublas::{sys::cublasOperation_t, Gemm, GemmConfig};
+    use candle_core::cuda_backend::{CudaDType, WrapErr};
+    use candle_core::{CudaStorage, Layout, Result, WithDType};
+
+    use super::{contiguous, dims};
+
+    /// `acc += aᵀ · b` (see [`super::add_transposed_product`]) on the storages of one device.
+    pub(super) fn accumulate(
+        s1: &mut CudaStorage,
+        l1: &Layout,
+        s2: &CudaStorage,
+        l2: &Layout,
+        s3: &CudaStorage,
+        l3: &Layout,
+    ) -> Result<()> {
+        let (k, m, n) = dims(l1, l2, l3)?;
+        if k == 0 {
+            return Ok(());
+        }
+        let ranges = (contiguous(l1)?, contiguous(l2)?, contiguous(l3)?);
+        let blas = s1.device().cublas_handle();
+        match s1.dtype() {
+            candle_core::DType::F32 => run::<f32>(&blas, s1, s2, s3, ranges, (k, m, n)),
+            candle_core::DType::BF16 => run::<half::bf16>(&blas, s1, s2, s3, ranges, (k, m, n)),
+            candle_core::DType::F16 => run::<half::f16>(&blas, s1, s2, s3, ranges, (k, m, n)),
+            dt => candle_core::bail!("atomrl-add-transposed-product: unsupported dtype {dt:?}"),
+        }
+    }
+
+    type Ranges = ((usize, usize), (usize, usize), (usize, usize));
+
+    fn run<T: CudaDType + WithDType>(
+        blas: &CudaBlas,
+        s1: &mut CudaStorage,
+        s2: &CudaStorage,
+        s3: &CudaStorage,
+        ((a1, b1), (a2, b2), (a3, b3)): Ranges,
+        (k, m, n): (usize, usize, usize),
+    ) -> Result<()>
+    where
+        CudaBlas: Gemm<T>,
+    {
+        let int = |x: usize| {
+            i32::try_from(x).map_err(|_| {
+                candle_core::Error::Msg(format!(
+                    "atomrl-add-transposed-product: dimension {x} is past cuBLAS's 32-bit sizes"
+                ))
+            })
+        };
+        let a = s2.as_cuda_slice::<T>()?.slice(a2..b2);
+        let b = s3.as_cuda_slice::<T>()?.slice(a3..b3);
+        let mut acc = s1.as_cuda_slice_mut::<T>()?.slice_mut(a1..b1);
+        // Column-major, acc [M, N] row-major is accᶜ [N, M] (leading dimension N), and
+        // accᶜ += bᶜ · (aᶜ)ᵀ with bᶜ [N, K] (leading dimension N) and aᶜ [M, K] (M).
+        let cfg = GemmConfig {
+            transa: cublasOperation_t::CUBLAS_OP_N,
+            transb: cublasOperation_t::CUBLAS_OP_T,
+            m: int(n)?,
+            n: int(m)?,
+            k: int(k)?,
+            alpha: T::from_f64(1.0),
+            lda: int(n)?,
+            ldb: int(m)?,
+            beta: T::from_f64(1.0),
+            ldc: int(n)?,
+        };
+        // SAFETY: b holds K × N elements read with leading dimension N, a holds K × M read
+        // transposed with leading dimension M, acc holds M × N written with leading dimension N
+        // (the ranges are the contiguous layouts `dims` checked); acc is borrowed mutably, so it
+        // aliases neither input; the handle runs on the storages' device stream.
+        unsafe { blas.gemm(cfg, &b, &a, &mut acc) }.w()
     }
 }
 

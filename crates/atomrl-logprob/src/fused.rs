@@ -338,16 +338,16 @@ pub(crate) fn head_log_softmax(
 }
 
 /// The settings of [`head_log_softmax`].
-struct Head<'a> {
-    tokens: &'a Tensor,
-    chunk_rows: usize,
-    temperature: f64,
-    with_entropy: bool,
+pub(crate) struct Head<'a> {
+    pub(crate) tokens: &'a Tensor,
+    pub(crate) chunk_rows: usize,
+    pub(crate) temperature: f64,
+    pub(crate) with_entropy: bool,
 }
 
 impl Head<'_> {
     /// [`head_log_softmax`], keeping the logits for the backward up to `keep_chunks` chunks.
-    fn log_softmax(
+    pub(crate) fn log_softmax(
         &self,
         hidden: &Tensor,
         weight: &Tensor,

@@ -1,7 +1,7 @@
-//! The selective log-softmax alone on a device, for `xtask device-check`: the same logits
-//! through AtomRL's CUDA kernel or the tensor-op form, with the log-probs, the entropies and
-//! the gradient with respect to the logits, so that a device can be compared with the CPU and
-//! with the tensor-op form on the same device.
+//! The selective log-softmax and the fused LM head alone on a device, for `xtask
+//! device-check`: the same inputs through AtomRL's CUDA kernels or the tensor-op forms, with
+//! the log-probs, the entropies and the gradients, so that a device can be compared with the
+//! CPU and with the tensor-op form on the same device.
 
 use candle_core::{DType, Device, Result, Tensor, Var};
 
@@ -60,4 +60,88 @@ fn outputs(logits: &Var, tokens: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
         .cloned()
         .ok_or_else(|| candle_core::Error::Msg("the logits got no gradient".into()))?;
     Ok((lp, ent, d))
+}
+
+/// Runs the fused LM head and log-softmax (`atomrl_logprob`'s chunked head) of hidden states
+/// `[10, 48]` through a head weight `[1000, 48]` (fixed values in `dtype` on `device`), 4 rows a
+/// chunk (3 chunks) at temperature 0.8 with entropies, with AtomRL's CUDA kernels when `fused`
+/// (the selective log-softmax, and the weight gradient summed over the chunks in place by
+/// cuBLAS with `β = 1`), else the tensor-op forms. Twice: keeping each chunk's logits for the
+/// backward, and recomputing them there. The gradients are those of `Σ lp · r₁ + Σ H · r₂`.
+///
+/// # Errors
+/// A tensor failure on the device.
+///
+/// ```
+/// use atomrl_logprob::kernel_check::lm_head;
+/// use candle_core::{DType, Device};
+/// let out = lm_head(&Device::Cpu, DType::F32, true)?;
+/// assert_eq!(out.len(), 8);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn lm_head(device: &Device, dtype: DType, fused: bool) -> Result<KernelOutputs> {
+    let (rows, hidden, vocab) = (10usize, 48usize, 1000usize);
+    let grid = |n: usize, modulus: usize, scale: f32| -> Result<Var> {
+        let x: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919 + 13) % modulus) as f32 / scale - 0.5)
+            .collect();
+        Var::from_tensor(
+            &Tensor::from_vec(x, n, &Device::Cpu)?
+                .to_dtype(dtype)?
+                .to_device(device)?,
+        )
+    };
+    let h = grid(rows * hidden, 257, 256.0)?;
+    let w = grid(vocab * hidden, 509, 254.0)?;
+    let (h, w) = (
+        Var::from_tensor(&h.reshape((rows, hidden))?)?,
+        Var::from_tensor(&w.reshape((vocab, hidden))?)?,
+    );
+    let tokens: Vec<u32> = (0..rows as u32)
+        .map(|r| (r * 397 + 5) % vocab as u32)
+        .collect();
+    let tokens = Tensor::new(tokens, device)?;
+    let r1: Vec<f32> = (0..rows).map(|r| 1.0 - 0.3 * r as f32).collect();
+    let r2: Vec<f32> = (0..rows).map(|r| 0.5 + 0.1 * r as f32).collect();
+    let (r1, r2) = (Tensor::new(r1, device)?, Tensor::new(r2, device)?);
+    atomrl_core::device::set_cuda_fused_kernels(Some(fused));
+    let out = head_outputs(&h, &w, &tokens, &r1, &r2);
+    atomrl_core::device::set_cuda_fused_kernels(None);
+    out
+}
+
+/// The outputs of [`lm_head`]: its four values with the logits kept, then recomputed.
+fn head_outputs(
+    h: &Var,
+    w: &Var,
+    tokens: &Tensor,
+    r1: &Tensor,
+    r2: &Tensor,
+) -> Result<KernelOutputs> {
+    let mut out = Vec::new();
+    for (keep, name) in [(crate::fused::KEEP_CHUNKS, "kept"), (0, "recomputed")] {
+        let head = crate::fused::Head {
+            tokens,
+            chunk_rows: 4,
+            temperature: 0.8,
+            with_entropy: true,
+        };
+        let (lp, ent) = head.log_softmax(h, w, keep)?;
+        let ent = ent.ok_or_else(|| candle_core::Error::Msg("no entropy".into()))?;
+        let objective = ((&lp * r1)?.sum_all()? + (&ent * r2)?.sum_all()?)?;
+        let grads = objective.backward()?;
+        let grad = |v: &Var| {
+            grads
+                .get(v.as_tensor())
+                .cloned()
+                .ok_or_else(|| candle_core::Error::Msg("the head's inputs got no gradient".into()))
+        };
+        out.extend([
+            (format!("log-probs, {name} logits"), lp),
+            (format!("entropy, {name} logits"), ent),
+            (format!("d/hidden, {name} logits"), grad(h)?),
+            (format!("d/weight, {name} logits"), grad(w)?),
+        ]);
+    }
+    Ok(out)
 }
