@@ -24,10 +24,12 @@ const THREADS: u32 = 256;
 /// f32 words of one block's partial state (`PickState` in decode.cu: best, index, max, sum).
 const STATE_WORDS: usize = 4;
 
-/// Whether the kernel takes `logits`: CUDA, f32, bf16 or f16, AtomRL's kernels on, and the
-/// kernel agrees with the tensor-op form on this GPU ([`verified`]).
+/// Whether the kernel takes `logits`: CUDA, `[B, V]` with `B` ≤ 65,535, f32, bf16 or f16,
+/// AtomRL's kernels on, and the kernel agrees with the tensor-op form on this GPU ([`verified`]).
 pub(crate) fn available(logits: &Tensor) -> bool {
+    // Rows are the grid's y dimension (at most 65,535 blocks).
     logits.device().is_cuda()
+        && logits.dims2().is_ok_and(|(rows, _)| rows <= 65_535)
         && matches!(logits.dtype(), DType::F32 | DType::BF16 | DType::F16)
         && atomrl_core::device::cuda_fused_kernels()
         && verified(logits.device())
