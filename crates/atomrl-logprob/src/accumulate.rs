@@ -23,10 +23,7 @@ pub(crate) fn add_transposed_product(acc: Tensor, a: &Tensor, b: &Tensor) -> Res
     let in_place_dtype = if acc.device().is_cpu() {
         matches!(acc.dtype(), DType::F32 | DType::F64)
     } else {
-        cfg!(feature = "cuda")
-            && acc.device().is_cuda()
-            && matches!(acc.dtype(), DType::F32 | DType::BF16 | DType::F16)
-            && atomrl_core::device::cuda_fused_kernels()
+        cuda_in_place(&acc)
     };
     let in_place = in_place_dtype && [&acc, a, b].iter().all(|t| t.dtype() == acc.dtype());
     if !in_place {
@@ -37,7 +34,65 @@ pub(crate) fn add_transposed_product(acc: Tensor, a: &Tensor, b: &Tensor) -> Res
     Ok(acc)
 }
 
-/// The in-place op of [`add_transposed_product`] (CPU only).
+/// Whether `acc` is summed into in place on CUDA: f32, bf16 or f16, AtomRL's kernels on, and
+/// cuBLAS's accumulating product agreeing with the matmul and addition on this GPU (checked
+/// once, on first use, on a small f32 case to 1e-5 of its scale; if it disagrees, a warning
+/// says so and the tensor-op form is kept, so a bad path costs speed, not correctness).
+#[cfg(feature = "cuda")]
+fn cuda_in_place(acc: &Tensor) -> bool {
+    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    acc.device().is_cuda()
+        && matches!(acc.dtype(), DType::F32 | DType::BF16 | DType::F16)
+        && atomrl_core::device::cuda_fused_kernels()
+        && *OK.get_or_init(|| match self_check(acc.device()) {
+            Ok(None) => true,
+            Ok(Some(diff)) => {
+                eprintln!(
+                    "warning: cuBLAS's accumulating product disagrees with a matmul and an \
+                     addition on this GPU (max |diff| {diff:e}); using those"
+                );
+                false
+            }
+            Err(e) => {
+                eprintln!(
+                    "warning: cuBLAS's accumulating product failed its self-check ({e}); using a \
+                     matmul and an addition"
+                );
+                false
+            }
+        })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_in_place(_acc: &Tensor) -> bool {
+    false
+}
+
+/// `None` when the in-place sum of a `[5, 7] += [9, 5]ᵀ · [9, 7]` case matches the tensor-op
+/// form on `device` to 1e-5 of its largest value, else the largest difference.
+#[cfg(feature = "cuda")]
+fn self_check(device: &candle_core::Device) -> Result<Option<f32>> {
+    let grid = |n: usize, k: usize| -> Result<Tensor> {
+        let x: Vec<f32> = (0..n)
+            .map(|i| ((i * 37 + k) % 23) as f32 / 11.0 - 1.0)
+            .collect();
+        Tensor::from_vec(x, n, device)
+    };
+    let (acc, a, b) = (
+        grid(35, 1)?.reshape((5, 7))?,
+        grid(45, 2)?.reshape((9, 5))?,
+        grid(63, 3)?.reshape((9, 7))?,
+    );
+    let want = (&acc + a.t()?.matmul(&b)?)?;
+    let got = acc.copy()?;
+    got.inplace_op3(&a, &b, &AddTransposedProduct)?;
+    let largest = |t: &Tensor| -> Result<f32> { t.abs()?.max_all()?.to_scalar::<f32>() };
+    let diff = largest(&(&got - &want)?)?;
+    let ok = diff.is_finite() && diff <= 1e-5 * largest(&want)?.max(1.0);
+    Ok((!ok).then_some(diff))
+}
+
+/// The in-place op of [`add_transposed_product`].
 struct AddTransposedProduct;
 
 /// The `(start, end)` element range of a contiguous layout, or an error naming the op.
