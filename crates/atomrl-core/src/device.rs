@@ -327,6 +327,44 @@ pub fn fused_switch_value(value: Option<&str>) -> bool {
     )
 }
 
+/// Whether a fast path (a kernel of AtomRL's, or a library call) may be used in this process:
+/// `check` runs once per `cell`, on first use, and says what differs from the reference form
+/// (`None`: they agree). A disagreement or a failure prints a warning naming `what` and
+/// `fallback`, and the caller keeps the fallback, so a bad fast path costs speed, not
+/// correctness.
+///
+/// ```
+/// use std::sync::OnceLock;
+/// static CHECKED: OnceLock<bool> = OnceLock::new();
+/// let ok = atomrl_core::device::verified_once(&CHECKED, "a kernel", "its tensor-op form", || {
+///     Ok::<_, String>(Some("off by 1".to_string()))
+/// });
+/// assert!(!ok); // warned once; later calls return the same answer without checking
+/// assert!(!atomrl_core::device::verified_once(&CHECKED, "a kernel", "its tensor-op form", || {
+///     Ok::<_, String>(None)
+/// }));
+/// ```
+pub fn verified_once<E: fmt::Display>(
+    cell: &std::sync::OnceLock<bool>,
+    what: &str,
+    fallback: &str,
+    check: impl FnOnce() -> std::result::Result<Option<String>, E>,
+) -> bool {
+    *cell.get_or_init(|| match check() {
+        Ok(None) => true,
+        Ok(Some(diff)) => {
+            eprintln!(
+                "warning: {what} disagrees with {fallback} on this GPU ({diff}); using {fallback}"
+            );
+            false
+        }
+        Err(e) => {
+            eprintln!("warning: {what} failed its self-check ({e}); using {fallback}");
+            false
+        }
+    })
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

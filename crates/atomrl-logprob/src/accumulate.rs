@@ -44,23 +44,12 @@ fn cuda_in_place(acc: &Tensor) -> bool {
     acc.device().is_cuda()
         && matches!(acc.dtype(), DType::F32 | DType::BF16 | DType::F16)
         && atomrl_core::device::cuda_fused_kernels()
-        && *OK.get_or_init(|| match self_check(acc.device()) {
-            Ok(None) => true,
-            Ok(Some(diff)) => {
-                eprintln!(
-                    "warning: cuBLAS's accumulating product disagrees with a matmul and an \
-                     addition on this GPU (max |diff| {diff:e}); using those"
-                );
-                false
-            }
-            Err(e) => {
-                eprintln!(
-                    "warning: cuBLAS's accumulating product failed its self-check ({e}); using a \
-                     matmul and an addition"
-                );
-                false
-            }
-        })
+        && atomrl_core::device::verified_once(
+            &OK,
+            "cuBLAS's accumulating product",
+            "a matmul and an addition",
+            || self_check(acc.device()),
+        )
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -71,7 +60,7 @@ fn cuda_in_place(_acc: &Tensor) -> bool {
 /// `None` when the in-place sum of a `[5, 7] += [9, 5]ᵀ · [9, 7]` case matches the tensor-op
 /// form on `device` to 1e-5 of its largest value, else the largest difference.
 #[cfg(feature = "cuda")]
-fn self_check(device: &candle_core::Device) -> Result<Option<f32>> {
+fn self_check(device: &candle_core::Device) -> Result<Option<String>> {
     let grid = |n: usize, k: usize| -> Result<Tensor> {
         let x: Vec<f32> = (0..n)
             .map(|i| ((i * 37 + k) % 23) as f32 / 11.0 - 1.0)
@@ -89,7 +78,7 @@ fn self_check(device: &candle_core::Device) -> Result<Option<f32>> {
     let largest = |t: &Tensor| -> Result<f32> { t.abs()?.max_all()?.to_scalar::<f32>() };
     let diff = largest(&(&got - &want)?)?;
     let ok = diff.is_finite() && diff <= 1e-5 * largest(&want)?.max(1.0);
-    Ok((!ok).then_some(diff))
+    Ok((!ok).then(|| format!("max |diff| {diff:e}")))
 }
 
 /// The in-place op of [`add_transposed_product`].

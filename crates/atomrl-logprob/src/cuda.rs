@@ -181,23 +181,12 @@ pub(crate) fn backward(
 /// speed, not correctness.
 fn verified(like: &Tensor) -> bool {
     static OK: OnceLock<bool> = OnceLock::new();
-    *OK.get_or_init(|| match self_check(like.device()) {
-        Ok(None) => true,
-        Ok(Some(what)) => {
-            eprintln!(
-                "warning: AtomRL's CUDA selective log-softmax disagrees with its tensor-op form \
-                 on this GPU ({what}); using the tensor-op form"
-            );
-            false
-        }
-        Err(e) => {
-            eprintln!(
-                "warning: AtomRL's CUDA selective log-softmax failed its self-check ({e}); \
-                 using the tensor-op form"
-            );
-            false
-        }
-    })
+    atomrl_core::device::verified_once(
+        &OK,
+        "AtomRL's CUDA selective log-softmax",
+        "its tensor-op form",
+        || self_check(like.device()),
+    )
 }
 
 /// `None` when the kernels agree with [`crate::fused`]'s tensor-op form, else what differs.

@@ -129,7 +129,7 @@ pub(crate) fn draw(
 }
 
 /// The temperature the log-probs are taken at: `T`, or 1 when greedy.
-fn effective(temperature: f64) -> f64 {
+pub(crate) fn effective(temperature: f64) -> f64 {
     if temperature > 0.0 {
         temperature
     } else {

@@ -12,11 +12,10 @@ use atomrl_core::cuda::{contiguous_range, with_cuda};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig};
 use candle_core::cuda_backend::CudaDType;
+use candle_core::{DType, Result, Tensor, WithDType};
 use std::sync::OnceLock;
 
-use candle_core::{DType, Result, Tensor, WithDType};
-
-use crate::device_pick::chunking;
+use crate::device_pick::{chunking, effective};
 use crate::philox::StepNoise;
 
 /// Threads per block of the first launch (`PICK_THREADS` in decode.cu).
@@ -42,23 +41,12 @@ pub(crate) fn available(logits: &Tensor) -> bool {
 /// speed, not correctness.
 fn verified(device: &candle_core::Device) -> bool {
     static OK: OnceLock<bool> = OnceLock::new();
-    *OK.get_or_init(|| match self_check(device) {
-        Ok(None) => true,
-        Ok(Some(what)) => {
-            eprintln!(
-                "warning: AtomRL's CUDA token draw disagrees with its tensor-op form on this \
-                 GPU ({what}); using the tensor-op form"
-            );
-            false
-        }
-        Err(e) => {
-            eprintln!(
-                "warning: AtomRL's CUDA token draw failed its self-check ({e}); using the \
-                 tensor-op form"
-            );
-            false
-        }
-    })
+    atomrl_core::device::verified_once(
+        &OK,
+        "AtomRL's CUDA token draw",
+        "its tensor-op form",
+        || self_check(device),
+    )
 }
 
 /// `None` when the kernel agrees with the tensor-op form, else what differs.
@@ -69,12 +57,7 @@ fn self_check(device: &candle_core::Device) -> Result<Option<String>> {
     let noise = StepNoise { seed: 17, step: 2 };
     let ids = [1u32, 4, 9];
     for (temperature, noise) in [(0.7, Some((&noise, &ids[..]))), (0.0, None)] {
-        let inv_t = if temperature > 0.0 {
-            1.0 / temperature
-        } else {
-            1.0
-        };
-        let (t, lp) = pick(&logits, noise, inv_t)?;
+        let (t, lp) = pick(&logits, noise, 1.0 / effective(temperature))?;
         let (t0, lp0) = crate::device_pick::draw(&logits, temperature, noise, false)?;
         if t != t0 {
             return Ok(Some(format!(
