@@ -233,7 +233,9 @@ impl Experience {
         }
         let idx = Tensor::new(indices, self.input_ids.device()).ctx(func)?;
         let host: Vec<usize> = indices.iter().map(|&i| i as usize).collect();
-        self.map_rows(func, &host, |t| t.index_select(&idx, 0))
+        // After `compact` the token columns are narrowed views; index_select needs contiguous
+        // data (a no-op for the rest).
+        self.map_rows(func, &host, |t| t.contiguous()?.index_select(&idx, 0))
     }
 
     /// The rows whose advantage is not exactly 0, without the columns that are then padding

@@ -30,6 +30,7 @@
 mod critic;
 pub mod eval;
 pub mod experience;
+mod length_buckets;
 mod log_probs;
 pub mod make;
 mod model_reward;

@@ -28,6 +28,13 @@ pub const REWARD_MODEL_DIR: &str = "reward_model";
 /// The function errors name.
 const FUNC: &str = "reward_model_step";
 
+/// Micro-batches per worker at least, filled with pairs of similar length
+/// ([`Experience::pairs_by_length`]): each is then about as wide as its own pairs, where a
+/// batch drawn at random pads every pair to the batch's longest prompt and completion. The
+/// loss is a mean over the step's pairs whatever the split. The embedded example's one-layer
+/// reward model (2-core AMD EPYC, 64 pairs a step, median): 0.106 → 0.075 s a step.
+const LENGTH_BUCKETS: usize = 4;
+
 /// The `reward` recipe's step: the reward model, its trainable parameters and optimizer (the
 /// run's AdamW settings and learning-rate schedule; the policy itself is not trained).
 pub(crate) struct RewardModelStep {
@@ -68,6 +75,12 @@ impl RewardModelStep {
         })
     }
 
+    /// Micro-batches per worker: `gradient_accumulation_steps`, at least
+    /// [`LENGTH_BUCKETS`] so that pairs of similar length share one.
+    fn micro_batches(&self) -> usize {
+        self.settings.accumulation.max(LENGTH_BUCKETS)
+    }
+
     /// Checks, once, that the training set is preference pairs, and gives the reward model
     /// the tokenizer's pad id (its saved config needs it).
     fn prepare(&mut self, run: &RunData) -> Result<()> {
@@ -100,8 +113,14 @@ impl RecipeStep for RewardModelStep {
         let started = Instant::now();
         self.prepare(run)?;
         let picked = run.next_examples(sampler);
+        let pairs = run.encode_pairs(&picked, state.model.device())?;
+        let par = crate::parallel::Parallel {
+            workers: self.settings.workers,
+            comm: state.comm.as_ref(),
+        };
+        let chunks = par.micro_batches(pairs.num_rows() / 2, self.micro_batches());
         Ok(StepExperience {
-            experience: run.encode_pairs(&picked, state.model.device())?,
+            experience: pairs.pairs_by_length(&chunks, par.shards())?,
             rollouts: None,
             seconds: started.elapsed().as_secs_f64(),
         })
@@ -121,6 +140,7 @@ impl RecipeStep for RewardModelStep {
         let exp = &made.experience;
         let pairs = (exp.num_rows() / 2) as f64;
         let (model, center) = (&self.model, self.center);
+        let accumulation = self.micro_batches();
         let mut report = StepReport::default();
         let mut row = MetricRow::new(step);
         let mut stats = ScoreStats::default();
@@ -131,10 +151,11 @@ impl RecipeStep for RewardModelStep {
                 exp,
                 StepSettings {
                     lr,
+                    accumulation,
                     ..self.settings
                 },
                 state.comm.as_ref(),
-                |_, mb| pair_score_loss(model, mb, pairs, center),
+                |_, mb| pair_score_loss(model, &mb.compact()?, pairs, center),
             )?;
             stats = micro.iter().fold(ScoreStats::default(), |a, b| a.add(b));
             row.push(keys::LOSS, outcome.loss);
