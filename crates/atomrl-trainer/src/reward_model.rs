@@ -28,11 +28,10 @@ pub const REWARD_MODEL_DIR: &str = "reward_model";
 /// The function errors name.
 const FUNC: &str = "reward_model_step";
 
-/// Micro-batches per worker at least, filled with pairs of similar length
-/// ([`Experience::pairs_by_length`]): each is then about as wide as its own pairs, where a
-/// batch drawn at random pads every pair to the batch's longest prompt and completion. The
-/// loss is a mean over the step's pairs whatever the split. The embedded example's one-layer
-/// reward model (2-core AMD EPYC, 64 pairs a step, median): 0.106 → 0.075 s a step.
+/// Micro-batches per worker at least (`gradient_accumulation_steps` if more), filled with
+/// pairs of similar length ([`Experience::pairs_by_length`]) so that each is about as wide as
+/// its own pairs; the loss is a mean over the step's pairs whatever the split. The embedded
+/// example's one-layer reward model (2-core AMD EPYC, 64 pairs a step): 0.106 → 0.075 s.
 const LENGTH_BUCKETS: usize = 4;
 
 /// The `reward` recipe's step: the reward model, its trainable parameters and optimizer (the
@@ -64,21 +63,17 @@ impl RewardModelStep {
         model.set_compute_dtype(policy.compute_dtype())?;
         model.set_gradient_checkpointing(policy.gradient_checkpointing());
         let params = model.trainable_vars();
+        let mut settings = args.step_settings();
+        settings.accumulation = settings.accumulation.max(LENGTH_BUCKETS);
         Ok(Self {
             optimizer: AdamW::new(params.clone(), args.adamw())?,
             params,
             model,
-            settings: args.step_settings(),
+            settings,
             center: args.reward_model().center_rewards_coefficient,
             iterations: args.num_iterations.max(1),
             prepared: false,
         })
-    }
-
-    /// Micro-batches per worker: `gradient_accumulation_steps`, at least
-    /// [`LENGTH_BUCKETS`] so that pairs of similar length share one.
-    fn micro_batches(&self) -> usize {
-        self.settings.accumulation.max(LENGTH_BUCKETS)
     }
 
     /// Checks, once, that the training set is preference pairs, and gives the reward model
@@ -118,7 +113,7 @@ impl RecipeStep for RewardModelStep {
             workers: self.settings.workers,
             comm: state.comm.as_ref(),
         };
-        let chunks = par.micro_batches(pairs.num_rows() / 2, self.micro_batches());
+        let chunks = par.micro_batches(pairs.num_rows() / 2, self.settings.accumulation);
         Ok(StepExperience {
             experience: pairs.pairs_by_length(&chunks, par.shards())?,
             rollouts: None,
@@ -140,7 +135,6 @@ impl RecipeStep for RewardModelStep {
         let exp = &made.experience;
         let pairs = (exp.num_rows() / 2) as f64;
         let (model, center) = (&self.model, self.center);
-        let accumulation = self.micro_batches();
         let mut report = StepReport::default();
         let mut row = MetricRow::new(step);
         let mut stats = ScoreStats::default();
@@ -151,7 +145,6 @@ impl RecipeStep for RewardModelStep {
                 exp,
                 StepSettings {
                     lr,
-                    accumulation,
                     ..self.settings
                 },
                 state.comm.as_ref(),
