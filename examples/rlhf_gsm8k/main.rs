@@ -248,8 +248,9 @@ fn rl(cli: &Cli, base: &[String], data: &[String], reward_model: &RewardModel) -
             "beta=0.1",
             "advantage_mode=\"grpo_no_std\"",
             "loss_agg=\"token_mean\"",
-            // A shorter budget than the GRPO example's, so that the three stages fit in about
-            // ten minutes (against the 85% reward model: +18.4 points in 150 s).
+            // A shorter budget than the GRPO example's, so that the build and the three stages
+            // fit in ten minutes (against the one-layer reward model: +13.6 to +17.2 points in
+            // 80 s; docs/reward-models.md).
             "max_steps=1200",
             "time_budget_s=80",
             "lr_schedule_on_budget=true",
