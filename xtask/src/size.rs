@@ -1,5 +1,5 @@
 //! `cargo xtask size`: the size limits of the crates that hold the training step — the
-//! trainer's non-test lines (at most 4,000) and every function of the trainer, the rollouts
+//! trainer's non-test lines (at most [`TRAINER_LINES`]) and every function of the trainer, the rollouts
 //! and the sampler (at most 80 lines). Counted as issue 20 counts them: a file's lines up to
 //! its first `#[cfg(test)]`.
 
@@ -14,8 +14,10 @@ use anyhow::{bail, Context, Result};
 /// `atomrl-data`) to ~3,500, and the reward-model recipe with `sample_own_pairs` (~440 lines;
 /// the model, its loss and `ModelReward` live in `atomrl-model`, `atomrl-loss` and
 /// `atomrl-rollout`) to ~3,950, and PPO's value head on the actor (the policy-and-value
-/// update, the multi-optimizer step, the smaller critic: ~260 lines) to ~4,230.
-pub const TRAINER_LINES: usize = 4_300;
+/// update, the multi-optimizer step, the smaller critic: ~260 lines) to ~4,230, the reward
+/// step's length buckets to ~4,300, and the actor's skipping of flat groups (the rows live in
+/// `atomrl-rollout`) to ~4,305.
+pub const TRAINER_LINES: usize = 4_320;
 /// A function's lines (signature to closing brace), at most.
 pub const FUNCTION_LINES: usize = 80;
 /// The crates whose functions are held to [`FUNCTION_LINES`].

@@ -1,7 +1,8 @@
 //! `atomrl-train --recipe ppo | a2c | trpo` end to end on the tiny random Qwen2 fixture: a PPO
 //! run killed with SIGKILL resumes and ends with the same rows, actor and critic as an
 //! uninterrupted one (also with the value head on the actor's transformer); A2C and TRPO train
-//! and report their metrics; the critic's settings are checked with the key named.
+//! and report their metrics; the actor can leave flat groups to the critic; the critic's
+//! settings are checked with the key named.
 
 #![allow(clippy::unwrap_used)]
 
@@ -10,7 +11,7 @@ mod common;
 use common::{comparable, model_dir, temp_dir, train_bin, write_dataset};
 use std::path::{Path, PathBuf};
 
-use atomrl_trainer::logging::read_metrics;
+use atomrl_trainer::logging::{read_metrics, MetricRow};
 
 fn write_config(dir: &Path, recipe: &str, max_steps: usize, critic: &str) -> PathBuf {
     let data = write_dataset(dir);
@@ -27,6 +28,20 @@ fn write_config(dir: &Path, recipe: &str, max_steps: usize, critic: &str) -> Pat
     );
     std::fs::write(&path, toml).unwrap();
     path
+}
+
+/// `atomrl-train --config cfg --set set`, which must succeed; the metrics rows of its
+/// training steps.
+fn trained_rows(cfg: &Path, set: &str) -> Vec<MetricRow> {
+    let out = train_bin()
+        .args(["--config", cfg.to_str().unwrap(), "--set", set])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}: {err}", cfg.display());
+    let metrics = cfg.with_file_name("run").join("metrics.jsonl");
+    let rows = read_metrics(metrics).unwrap();
+    rows.into_iter().filter(|r| r.step > 0).collect()
 }
 
 fn bytes(path: PathBuf) -> Vec<u8> {
@@ -173,22 +188,7 @@ fn a2c_and_trpo_train_with_their_metrics() {
     for (recipe, key) in [("a2c", "critic/value_loss"), ("trpo", "trpo/step_fraction")] {
         let dir = temp_dir(&format!("{recipe}-run"));
         let cfg = write_config(&dir, recipe, 3, "lr = 1e-3\nwarmup_steps = 1");
-        let out = train_bin()
-            .args([
-                "--config",
-                cfg.to_str().unwrap(),
-                "--set",
-                "trpo = { max_kl = 0.05, cg_iters = 4 }",
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{recipe}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let rows = read_metrics(dir.join("run/metrics.jsonl")).unwrap();
-        let trained: Vec<_> = rows.iter().filter(|r| r.step > 0).collect();
+        let trained = trained_rows(&cfg, "trpo = { max_kl = 0.05, cg_iters = 4 }");
         assert_eq!(trained.len(), 3, "{recipe}");
         // Step 1 trains the critic only (warm-up): no policy loss.
         assert!(trained[0].get("loss").is_none_or(f64::is_nan), "{recipe}");
@@ -206,6 +206,30 @@ fn a2c_and_trpo_train_with_their_metrics() {
             assert!((0.0..=0.05).contains(&kl), "trpo/kl = {kl}");
         }
     }
+}
+
+/// With `critic.actor_skip_flat_groups` the critic trains every step; the actor trains on the
+/// steps that have a group whose rewards differ, and only then.
+#[test]
+fn the_actor_skips_flat_groups_and_the_critic_does_not() {
+    let dir = temp_dir("ppo-skip-flat");
+    let cfg = write_config(&dir, "ppo", 6, "lr = 1e-3\nactor_skip_flat_groups = true");
+    // Room past the overlong buffer: completions of different lengths get different rewards,
+    // and over 6 steps some steps have no group whose rewards differ.
+    let trained = trained_rows(&cfg, "max_completion_length=24");
+    assert_eq!(trained.len(), 6);
+    let mut actor_steps = 0;
+    for r in &trained {
+        assert!(r.get("critic/value_loss").is_some_and(|v| v > 0.0), "{r:?}");
+        let all_flat = r.get("zero_std_groups_frac") == Some(1.0);
+        assert_eq!(r.get("skipped_step") == Some(1.0), all_flat, "{r:?}");
+        actor_steps += usize::from(!all_flat);
+    }
+    // Both kinds of step happen: the check above is not vacuous.
+    assert!(
+        0 < actor_steps && actor_steps < trained.len(),
+        "{trained:?}"
+    );
 }
 
 #[test]

@@ -27,6 +27,11 @@ pub struct CriticArgs {
     /// `ppo` and `a2c` only.
     #[serde(default)]
     pub share_backbone: bool,
+    /// The actor trains only on the groups whose rewards differ (GRPO's update leaves the
+    /// others out: their advantages are 0 there); the critic still trains on every row.
+    /// `ppo` and `a2c` with a critic of their own (docs/ppo.md).
+    #[serde(default)]
+    pub actor_skip_flat_groups: bool,
     /// Scale of the value loss (TRL `vf_coef`).
     #[serde(default = "default_vf_coef")]
     pub vf_coef: f64,
@@ -64,6 +69,7 @@ impl Default for CriticArgs {
             model: None,
             num_layers: None,
             share_backbone: false,
+            actor_skip_flat_groups: false,
             vf_coef: default_vf_coef(),
             clip_range_value: default_clip_range_value(),
             gamma: 1.0,

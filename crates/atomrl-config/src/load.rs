@@ -349,6 +349,10 @@ mod tests {
             ("trpo.cg_iters=0", "`trpo.cg_iters`"),
             ("critic.share_backbone=true", "`critic.share_backbone`"),
             ("critic.num_layers=0", "`critic.num_layers`"),
+            (
+                "critic.actor_skip_flat_groups=true",
+                "`critic.actor_skip_flat_groups`",
+            ),
             ("critic.gama=1", "gama"),
         ] {
             let mut o = base();
@@ -376,6 +380,12 @@ mod tests {
                 .critic()
                 .share_backbone
         );
+        o.push("critic.actor_skip_flat_groups=true".into());
+        let e = load_args(None, Some(Recipe::Ppo), &o)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`critic.actor_skip_flat_groups`"), "{e}");
+        o.pop();
         o.push("critic.num_layers=2".into());
         let e = load_args(None, Some(Recipe::Ppo), &o)
             .unwrap_err()

@@ -182,6 +182,14 @@ fn check_critic(a: &GRPOArgs) -> Result<()> {
             ));
         }
     }
+    if c.actor_skip_flat_groups && (recipe == Recipe::Trpo || c.share_backbone) {
+        return Err(Error::value(
+            FUNC,
+            "critic.actor_skip_flat_groups",
+            "false with `trpo` or `critic.share_backbone` (the actor's rows are the critic's)",
+            true,
+        ));
+    }
     if c.share_backbone {
         if recipe == Recipe::Trpo {
             return Err(Error::value(

@@ -30,6 +30,7 @@
 mod critic;
 pub mod eval;
 pub mod experience;
+mod flat_groups;
 mod length_buckets;
 mod log_probs;
 pub mod make;

@@ -59,6 +59,8 @@ pub(crate) struct ActorCriticStep {
     /// The batch KL of the last experience, for the adaptive controller.
     last_kl: Option<f64>,
     warmup_steps: usize,
+    /// `critic.actor_skip_flat_groups`.
+    skip_flat_groups: bool,
     update: UpdateConfig,
     trpo: TrpoArgs,
     /// The value pass's values with their graph, by micro-batch, for the critic's first epoch
@@ -96,6 +98,7 @@ impl ActorCriticStep {
             kl_estimator: args.kl_estimator,
             last_kl: None,
             warmup_steps: c.warmup_steps,
+            skip_flat_groups: c.actor_skip_flat_groups,
             update: args.update(),
             trpo: args.trpo.clone().unwrap_or_default(),
             value_graphs: None,
@@ -132,6 +135,10 @@ impl ActorCriticStep {
                     lr,
                     value,
                 )?)
+            }
+            _ if self.skip_flat_groups => {
+                let kept = exp.without_flat_groups()?;
+                ActorOutcome::Gradient(policy_update(state, &kept, &self.update, lr)?)
             }
             _ => ActorOutcome::Gradient(policy_update(state, exp, &self.update, lr)?),
         })
