@@ -1,7 +1,7 @@
 //! `cargo xtask size`: the size limits of the crates that hold the training step — the
-//! trainer's non-test lines (at most [`TRAINER_LINES`]) and every function of the trainer, the rollouts
-//! and the sampler (at most 80 lines). Counted as issue 20 counts them: a file's lines up to
-//! its first `#[cfg(test)]`.
+//! trainer's non-test lines (at most [`TRAINER_LINES`]) and every function of the trainer,
+//! the rollouts and the sampler (at most 80 lines). Counted as issue 20 counts them: a file's
+//! lines up to its first `#[cfg(test)]`.
 
 use std::path::{Path, PathBuf};
 

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 
+use atomrl_advantage::GroupStats;
 use atomrl_core::Result;
 
 use crate::experience::{Experience, LossNormalizer};
@@ -39,14 +40,17 @@ impl Experience {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn without_flat_groups(&self) -> Result<Self> {
-        let mut range = HashMap::<u32, (f32, f32)>::new();
+        // Flat as the experience's groups are judged (`zero_std_groups_frac`, GRPO's advantages).
+        let mut members = HashMap::<u32, Vec<f64>>::new();
         for (&g, &r) in self.groups.iter().zip(&self.rewards) {
-            let (lo, hi) = range.entry(g).or_insert((r, r));
-            *lo = lo.min(r);
-            *hi = hi.max(r);
+            members.entry(g).or_default().push(f64::from(r));
         }
+        let flat: HashMap<u32, bool> = members
+            .into_iter()
+            .map(|(g, rewards)| (g, GroupStats::of(&rewards).flat))
+            .collect();
         let keep: Vec<u32> = (0..self.groups.len().min(self.rewards.len()))
-            .filter(|&i| range.get(&self.groups[i]).is_some_and(|(lo, hi)| hi > lo))
+            .filter(|&i| flat.get(&self.groups[i]) == Some(&false))
             .map(|i| i as u32)
             .collect();
         let mut kept = if keep.is_empty() {
