@@ -1,8 +1,8 @@
 //! `atomrl-train --recipe ppo | a2c | trpo` end to end on the tiny random Qwen2 fixture: a PPO
 //! run killed with SIGKILL resumes and ends with the same rows, actor and critic as an
 //! uninterrupted one (also with the value head on the actor's transformer); A2C and TRPO train
-//! and report their metrics; the actor can leave flat groups to the critic; the critic's
-//! settings are checked with the key named.
+//! and report their metrics; the actor can leave flat groups to the critic, and have a λ of
+//! its own; the critic's settings are checked with the key named.
 
 #![allow(clippy::unwrap_used)]
 
@@ -229,6 +229,29 @@ fn the_actor_skips_flat_groups_and_the_critic_does_not() {
     assert!(
         0 < actor_steps && actor_steps < trained.len(),
         "{trained:?}"
+    );
+}
+
+/// `critic.actor_lam` (decoupled GAE) changes the actor's advantages, and so its loss, but
+/// not the returns the critic learns: the first step's value loss is the same to the bit.
+#[test]
+fn the_actors_lambda_moves_the_actor_and_not_the_critic() {
+    let step_one = |name: &str, critic: &str| {
+        let dir = temp_dir(name);
+        let cfg = write_config(&dir, "ppo", 1, critic);
+        let trained = trained_rows(&cfg, "max_completion_length=24");
+        let get = |key| trained[0].get(key).unwrap_or(f64::NAN);
+        (get("loss"), get("critic/value_loss"))
+    };
+    let (actor, critic) = step_one("ppo-lam", "lr = 1e-3\nlam = 0.9");
+    let (actor_d, critic_d) = step_one("ppo-actor-lam", "lr = 1e-3\nlam = 0.9\nactor_lam = 0.3");
+    assert!(
+        critic > 0.0 && critic.to_bits() == critic_d.to_bits(),
+        "{critic} {critic_d}"
+    );
+    assert!(
+        actor.is_finite() && actor_d.is_finite() && actor != actor_d,
+        "{actor} {actor_d}"
     );
 }
 

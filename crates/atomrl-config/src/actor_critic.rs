@@ -44,6 +44,12 @@ pub struct CriticArgs {
     /// λ of GAE.
     #[serde(default = "default_lam")]
     pub lam: f64,
+    /// λ of the actor's advantages alone (VC-PPO's decoupled GAE, Yuan et al. 2025): the
+    /// critic's returns keep `lam` (1: unbiased Monte Carlo targets) while the actor's
+    /// advantages use this λ, trading the young critic's bias for lower variance and credit
+    /// nearer each token. Absent: `lam` for both.
+    #[serde(default)]
+    pub actor_lam: Option<f64>,
     /// Standardise the advantages over the batch's completion tokens.
     #[serde(default = "yes")]
     pub whiten_advantages: bool,
@@ -74,6 +80,7 @@ impl Default for CriticArgs {
             clip_range_value: default_clip_range_value(),
             gamma: 1.0,
             lam: default_lam(),
+            actor_lam: None,
             whiten_advantages: true,
             warmup_steps: 0,
             kl_in_reward: true,

@@ -343,6 +343,7 @@ mod tests {
         for (set, key) in [
             ("critic.gamma=1.5", "`critic.gamma`"),
             ("critic.lam=-0.5", "`critic.lam`"),
+            ("critic.actor_lam=1.01", "`critic.actor_lam`"),
             ("critic.vf_coef=0", "`critic.vf_coef`"),
             ("critic.kl_target=-1", "`critic.kl_target`"),
             ("trpo.max_kl=0", "`trpo.max_kl`"),

@@ -158,7 +158,8 @@ fn check_critic(a: &GRPOArgs) -> Result<()> {
     positive("critic.vf_coef", c.vf_coef)?;
     positive("critic.clip_range_value", c.clip_range_value)?;
     positive("critic.kl_horizon", c.kl_horizon)?;
-    for (key, v) in [("critic.gamma", c.gamma), ("critic.lam", c.lam)] {
+    let actor_lam = ("critic.actor_lam", c.actor_lam.unwrap_or(c.lam));
+    for (key, v) in [("critic.gamma", c.gamma), ("critic.lam", c.lam), actor_lam] {
         if !(0.0..=1.0).contains(&v) {
             return Err(Error::value(FUNC, key, "in [0, 1]", v));
         }

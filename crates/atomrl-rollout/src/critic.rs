@@ -17,8 +17,12 @@ use crate::parallel::{sharded_chunks, Parallel};
 pub struct GaeConfig {
     /// Discount γ (LLM PPO: 1).
     pub gamma: f64,
-    /// GAE λ (verl, TRL: 0.95).
+    /// GAE λ (verl, TRL: 0.95): of the returns the critic learns, and of the advantages
+    /// unless `actor_lam` is set.
     pub lam: f64,
+    /// λ of the advantages alone (VC-PPO's decoupled GAE: the returns keep `lam`). `None`:
+    /// `lam`.
+    pub actor_lam: Option<f64>,
     /// Standardise the advantages over the batch's valid tokens.
     pub whiten: bool,
     /// Micro-batches per worker of the update: the value pass uses the update's micro-batches
@@ -31,7 +35,9 @@ pub struct GaeConfig {
 /// will train on it, then shared), and — from the token-level rewards (each row's total
 /// reward on its last token in the loss) — per-token `advantages [R, T]` and `returns [R, T]`
 /// by [`compute_gae`] over the loss mask (tool observations are gaps the recursion carries
-/// across). The rows' own advantages are replaced.
+/// across). The rows' own advantages are replaced. With a [`GaeConfig::actor_lam`] other than
+/// `lam`, the advantages come from a second recursion with that λ and the returns from the
+/// first (unwhitened).
 ///
 /// # Errors
 /// An experience without rewards (e.g. SFT's), `compute_gae`'s errors (γ or λ outside
@@ -48,7 +54,7 @@ pub struct GaeConfig {
 /// let rows: [(&[u32], &[u32], &[bool]); 2] = [(&[1, 2], &[3, 4], &[true; 2]), (&[1, 2], &[5], &[true])];
 /// let mut exp = Experience::from_rows(&rows, &[0.0, 0.0], &[true; 2], 0, &Device::Cpu)?;
 /// exp.rewards = vec![1.0, 0.0];
-/// let gae = GaeConfig { gamma: 1.0, lam: 1.0, whiten: false, micro_batches: 1 };
+/// let gae = GaeConfig { gamma: 1.0, lam: 1.0, actor_lam: None, whiten: false, micro_batches: 1 };
 /// attach_values_and_gae(&mut exp, &critic, Parallel { workers: 1, comm: &SingleProcess }, &gae)?;
 /// // A fresh critic predicts 0: each token's advantage is its row's reward.
 /// assert_eq!(exp.advantages.to_vec2::<f32>()?, [[1.0, 1.0], [0.0, 0.0]]);
@@ -103,7 +109,7 @@ pub fn attach_values_and_gae_with(
 /// let rows: [(&[u32], &[u32], &[bool]); 2] = [(&[1, 2], &[3, 4], &[true; 2]), (&[1, 2], &[5], &[true])];
 /// let mut exp = Experience::from_rows(&rows, &[0.0, 0.0], &[true; 2], 0, &Device::Cpu)?;
 /// exp.rewards = vec![1.0, 0.0];
-/// let gae = GaeConfig { gamma: 1.0, lam: 1.0, whiten: false, micro_batches: 1 };
+/// let gae = GaeConfig { gamma: 1.0, lam: 1.0, actor_lam: None, whiten: false, micro_batches: 1 };
 /// let rewards = outcome_token_rewards(&exp)?;
 /// let par = Parallel { workers: 2, comm: &SingleProcess };
 /// let kept = attach_values_and_gae_keeping_graphs(&mut exp, &critic, par, &gae, &rewards)?;
@@ -161,16 +167,28 @@ fn attach(
         },
     )?;
     let values = Tensor::cat(&parts, 0).ctx(func)?;
-    let gae = compute_gae(
-        token_rewards,
-        &values,
-        &exp.loss_mask,
-        config.gamma,
-        config.lam,
-        config.whiten,
-    )?;
-    exp.advantages = gae.advantages;
-    exp.returns = Some(gae.returns);
+    let gae = |lam, whiten| {
+        compute_gae(
+            token_rewards,
+            &values,
+            &exp.loss_mask,
+            config.gamma,
+            lam,
+            whiten,
+        )
+    };
+    let (advantages, returns) = match config.actor_lam {
+        Some(actor_lam) if actor_lam != config.lam => (
+            gae(actor_lam, config.whiten)?.advantages,
+            gae(config.lam, false)?.returns,
+        ),
+        _ => {
+            let out = gae(config.lam, config.whiten)?;
+            (out.advantages, out.returns)
+        }
+    };
+    exp.advantages = advantages;
+    exp.returns = Some(returns);
     exp.values = Some(values);
     kept.into_inner().map_err(|_| poisoned())
 }

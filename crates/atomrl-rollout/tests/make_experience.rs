@@ -205,6 +205,7 @@ fn values_and_gae_join_the_experience_whatever_the_workers() {
     let gae = GaeConfig {
         gamma: 1.0,
         lam: 0.95,
+        actor_lam: None,
         whiten: false,
         micro_batches: 2,
     };
@@ -246,6 +247,34 @@ fn values_and_gae_join_the_experience_whatever_the_workers() {
         one.rows(0, 2).unwrap().advantages.dims(),
         [2, one.completion_len]
     );
+    // Decoupled λ: the returns stay λ = 0.95's; the advantages are λ = 1's, which with γ = 1
+    // and the reward on the last token are the row's reward minus each token's value.
+    let mut decoupled = exp.clone();
+    let par = Parallel {
+        workers: 1,
+        comm: &SingleProcess,
+    };
+    let actor_one = GaeConfig {
+        actor_lam: Some(1.0),
+        ..gae
+    };
+    attach_values_and_gae(&mut decoupled, &critic, par, &actor_one).unwrap();
+    let ret_d: Vec<Vec<f32>> = decoupled.returns.clone().unwrap().to_vec2().unwrap();
+    assert_eq!(ret_d, ret);
+    let adv_d: Vec<Vec<f32>> = decoupled.advantages.to_vec2().unwrap();
+    let mut differs = false;
+    for r in 0..m.len() {
+        for t in 0..m[r].len() {
+            let want = if m[r][t] == 0.0 {
+                0.0
+            } else {
+                one.rewards[r] - v1[r][t]
+            };
+            assert!((adv_d[r][t] - want).abs() < 1e-5, "row {r} token {t}");
+            differs |= (adv_d[r][t] - adv[r][t]).abs() > 1e-4;
+        }
+    }
+    assert!(differs, "λ = 1 and λ = 0.95 gave the same advantages");
 }
 
 /// The critic's values with the shared-prompt forward (each prompt once) equal those of the

@@ -277,6 +277,7 @@ mod tests {
         let gae = GaeConfig {
             gamma: 1.0,
             lam: 0.95,
+            actor_lam: None,
             whiten: true,
             micro_batches: 1,
         };

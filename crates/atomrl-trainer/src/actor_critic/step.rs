@@ -91,6 +91,7 @@ impl ActorCriticStep {
             gae: GaeConfig {
                 gamma: c.gamma,
                 lam: c.lam,
+                actor_lam: c.actor_lam,
                 whiten: c.whiten_advantages,
                 micro_batches: args.gradient_accumulation_steps,
             },
