@@ -221,6 +221,9 @@ fn the_actor_skips_flat_groups_and_the_critic_does_not() {
     let mut actor_steps = 0;
     for r in &trained {
         assert!(r.get("critic/value_loss").is_some_and(|v| v > 0.0), "{r:?}");
+        for key in ["time/critic_values_s", "time/critic_train_s"] {
+            assert!(r.get(key).is_some_and(|t| t > 0.0), "{key}: {r:?}");
+        }
         let all_flat = r.get("zero_std_groups_frac") == Some(1.0);
         assert_eq!(r.get("skipped_step") == Some(1.0), all_flat, "{r:?}");
         actor_steps += usize::from(!all_flat);

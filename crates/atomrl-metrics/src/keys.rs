@@ -68,6 +68,10 @@ pub const TIME_STEP_S: &str = "time/step_s";
 pub const TIME_GENERATE_S: &str = "time/generate_s";
 /// Seconds spent in the update.
 pub const TIME_TRAIN_S: &str = "time/train_s";
+/// Seconds of the critic's value pass (actor-critic recipes; part of `time/generate_s`).
+pub const TIME_CRITIC_VALUES_S: &str = "time/critic_values_s";
+/// Seconds of the critic's update (actor-critic recipes; part of `time/train_s`).
+pub const TIME_CRITIC_TRAIN_S: &str = "time/critic_train_s";
 /// Completions per second of the step.
 pub const THROUGHPUT_COMPLETIONS_PER_S: &str = "throughput/completions_per_s";
 /// Generated tokens per second of the step.

@@ -58,6 +58,8 @@ pub(crate) struct ActorCriticStep {
     kl_estimator: KlEstimator,
     /// The batch KL of the last experience, for the adaptive controller.
     last_kl: Option<f64>,
+    /// Seconds of the last experience's value pass.
+    values_s: f64,
     warmup_steps: usize,
     /// `critic.actor_skip_flat_groups`.
     skip_flat_groups: bool,
@@ -98,6 +100,7 @@ impl ActorCriticStep {
             kl,
             kl_estimator: args.kl_estimator,
             last_kl: None,
+            values_s: 0.0,
             warmup_steps: c.warmup_steps,
             skip_flat_groups: c.actor_skip_flat_groups,
             update: args.update(),
@@ -167,6 +170,7 @@ impl RecipeStep for ActorCriticStep {
     ) -> Result<StepExperience> {
         let started = Instant::now();
         self.value_graphs = None;
+        self.values_s = 0.0;
         let mut made = self.rollouts.experience(run, state, step, sampler)?;
         let exp = &mut made.experience;
         self.last_kl = None;
@@ -200,6 +204,7 @@ impl RecipeStep for ActorCriticStep {
                 workers: run.args.workers,
                 comm: state.comm.as_ref(),
             };
+            let values_started = Instant::now();
             if self.critic.shares_backbone() || gae.micro_batches > 1 {
                 // No graph: the values only feed the advantages and returns.
                 let critic = self.critic.model.detached();
@@ -211,6 +216,7 @@ impl RecipeStep for ActorCriticStep {
                 let kept = attach_values_and_gae_keeping_graphs(exp, critic, par, &gae, &rewards)?;
                 self.value_graphs = Some((exp.input_ids.id(), kept));
             }
+            self.values_s = values_started.elapsed().as_secs_f64();
         }
         made.seconds = started.elapsed().as_secs_f64();
         Ok(made)
@@ -234,6 +240,7 @@ impl RecipeStep for ActorCriticStep {
             .filter(|(id, _)| *id == exp.input_ids.id())
             .map(|(_, kept)| kept);
         let actor = self.actor_update(state, made, step, lr)?;
+        let mut critic_started = None;
         let critic =
             if let (true, ActorOutcome::Gradient(s)) = (self.critic.shares_backbone(), &actor) {
                 // The head trained in the actor's pass.
@@ -245,6 +252,7 @@ impl RecipeStep for ActorCriticStep {
                 })
             } else if exp.num_rows() > 0 && exp.normalizer.tokens > 0.0 {
                 let agg = self.update.loss.policy.agg;
+                critic_started = Some(Instant::now());
                 Some(self.critic.update(
                     exp,
                     self.update.steps,
@@ -256,6 +264,7 @@ impl RecipeStep for ActorCriticStep {
             } else {
                 None
             };
+        let critic_s = critic_started.map_or(0.0, |t| t.elapsed().as_secs_f64());
         if let (Some(KlCoef::Adaptive(c)), Some(kl)) = (&mut self.kl, self.last_kl) {
             c.update(kl, exp.num_rows());
         }
@@ -267,6 +276,8 @@ impl RecipeStep for ActorCriticStep {
             ActorOutcome::Trpo(t) => (Some(trpo_as_update(t)), t.skipped.clone()),
         };
         let mut report = step_report(run, made, stats.as_ref(), reason, step, lr, train_s);
+        report.row.push(keys::TIME_CRITIC_VALUES_S, self.values_s);
+        report.row.push(keys::TIME_CRITIC_TRAIN_S, critic_s);
         self.record(&mut report, made, critic.as_ref(), &actor)?;
         Ok(report)
     }
