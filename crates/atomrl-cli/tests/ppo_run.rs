@@ -68,22 +68,14 @@ fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     out
 }
 
-/// A PPO run (with LoRA on the actor and the critic when `lora`; with the value head on the
-/// actor's transformer when `shared`) killed after step 3 and resumed from its step-2
-/// checkpoint ends with the rows and checkpoint files of an uninterrupted run.
-fn a_killed_ppo_run_resumes_exactly(lora: bool, shared: bool) {
-    let mut critic = "lr = 1e-3\nkl_target = 0.01\nkl_horizon = 100.0".to_string();
-    if shared {
-        critic.push_str("\nshare_backbone = true");
-    }
+/// A PPO run with the `[critic]` keys `extra` (and LoRA on the actor and the critic when
+/// `lora`) killed after step 3 and resumed from its step-2 checkpoint ends with the rows and
+/// checkpoint files of an uninterrupted run.
+fn a_killed_ppo_run_resumes_exactly(name: &str, extra: &str, lora: bool) {
+    let mut critic = format!("lr = 1e-3\nkl_target = 0.01\nkl_horizon = 100.0\n{extra}");
     if lora {
         critic.push_str("\n[lora]\nr = 4\nalpha = 8.0");
     }
-    let name = match (lora, shared) {
-        (true, _) => "ppo-lora",
-        (false, true) => "ppo-shared",
-        (false, false) => "ppo",
-    };
     let straight = temp_dir(&format!("{name}-straight"));
     let cfg = write_config(&straight, "ppo", 6, &critic);
     let out = train_bin()
@@ -170,17 +162,28 @@ fn a_killed_ppo_run_resumes_exactly(lora: bool, shared: bool) {
 
 #[test]
 fn a_killed_ppo_run_resumes_with_the_same_rows_actor_and_critic() {
-    a_killed_ppo_run_resumes_exactly(false, false);
+    a_killed_ppo_run_resumes_exactly("ppo", "", false);
 }
 
 #[test]
 fn a_killed_ppo_run_with_a_shared_value_head_resumes_exactly() {
-    a_killed_ppo_run_resumes_exactly(false, true);
+    a_killed_ppo_run_resumes_exactly("ppo-shared", "share_backbone = true", false);
 }
 
 #[test]
 fn a_killed_ppo_run_with_lora_resumes_with_the_same_adapters() {
-    a_killed_ppo_run_resumes_exactly(true, false);
+    a_killed_ppo_run_resumes_exactly("ppo-lora", "", true);
+}
+
+/// The `ppo_gsm8k` example's critic settings: a critic of the policy's first layer, the actor
+/// on the groups whose rewards differ, a λ of the actor's own.
+#[test]
+fn a_killed_ppo_run_with_the_examples_small_critic_resumes_exactly() {
+    a_killed_ppo_run_resumes_exactly(
+        "ppo-small-critic",
+        "num_layers = 1\nactor_skip_flat_groups = true\nactor_lam = 0.95",
+        false,
+    );
 }
 
 #[test]
