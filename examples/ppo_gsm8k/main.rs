@@ -86,35 +86,29 @@ fn embedded_defaults(recipe: RecipeArg) -> Vec<String> {
     ]
     .map(String::from)
     .to_vec();
-    if matches!(recipe, RecipeArg::Ppo) {
+    let per_recipe: &[&str] = match recipe {
         // Of the critics measured here, the cheapest that still learns a useful baseline: the
         // policy's embeddings and first layer (~0.13 s a step against 0.26 s with the whole
         // policy copied, so ~1.8x the steps in the budget), the actor on the groups whose
         // rewards differ (GRPO's rows; the critic still sees every row) and VC-PPO's decoupled
         // lambda. Three runs: +26.6, +24.4 and +21.8 points where the whole-policy critic gave
         // +21.2 to +23.0 (docs/ppo.md).
-        s.extend(
-            [
-                "critic.num_layers=1",
-                "critic.actor_skip_flat_groups=true",
-                "critic.actor_lam=0.95",
-            ]
-            .map(String::from),
-        );
-    }
-    if matches!(recipe, RecipeArg::Trpo) {
+        RecipeArg::Ppo => &[
+            "critic.num_layers=1",
+            "critic.actor_skip_flat_groups=true",
+            "critic.actor_lam=0.95",
+        ],
+        RecipeArg::A2c => &[],
         // A TRPO step costs ~2.5 s here (the conjugate-gradient solve): the Fisher-vector
         // products on a quarter of the rows and four critic epochs per step gave +8.8 points
         // where the full-batch products and one epoch gave +4.4 (docs/ppo.md).
-        s.extend(
-            [
-                "critic.lr=2e-4",
-                "trpo.fisher_fraction=0.25",
-                "num_iterations=4",
-            ]
-            .map(String::from),
-        );
-    }
+        RecipeArg::Trpo => &[
+            "critic.lr=2e-4",
+            "trpo.fisher_fraction=0.25",
+            "num_iterations=4",
+        ],
+    };
+    s.extend(per_recipe.iter().map(|o| o.to_string()));
     s
 }
 
