@@ -393,8 +393,10 @@ fn train_step(
             grads.accumulate(&store, &params)?;
         }
     }
-    grads.clip_global_norm(1.0)?;
-    opt.step(&|name| grads.get(name), 1e-6)?;
+    // As the trainer does (atomrl_trainer::clip_and_step): the clipping factor is applied by
+    // the optimizer as it reads each gradient.
+    let (_, clip) = grads.clip_factor(1.0)?;
+    opt.step_scaled(&|name| grads.get(name), 1e-6, clip)?;
     Ok(loss_sum)
 }
 

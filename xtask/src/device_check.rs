@@ -358,8 +358,16 @@ fn optimizer_updates(device: &Device, fused: bool) -> Result<Named> {
             }
             grads.accumulate(&loss.backward()?, &params)?;
         }
-        norms.push(grads.clip_global_norm(0.5)? as f32);
-        opt.step(&|name| grads.get(name), 1e-2)?;
+        // Clipping in place then a step (step 0), and the trainer's form, the clipping factor
+        // applied by the optimizer as it reads each gradient (step 1).
+        if step == 0 {
+            norms.push(grads.clip_global_norm(0.5)? as f32);
+            opt.step(&|name| grads.get(name), 1e-2)?;
+        } else {
+            let (norm, clip) = grads.clip_factor(0.5)?;
+            norms.push(norm as f32);
+            opt.step_scaled(&|name| grads.get(name), 1e-2, clip)?;
+        }
     }
     atomrl_core::device::set_cuda_fused_kernels(None);
     let mut named: Named = params

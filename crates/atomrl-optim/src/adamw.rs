@@ -8,7 +8,7 @@ use std::path::Path;
 
 use atomrl_core::{CandleContext, Error, Result};
 
-use super::adamw_kernel::{MomentUpdate, ParamUpdate};
+use super::adamw_kernel::UpdateScalars;
 use candle_core::{DType, Tensor, Var};
 
 const FUNC: &str = "AdamW";
@@ -109,6 +109,35 @@ impl AdamW {
     /// # Errors
     /// A gradient whose shape differs from its parameter's.
     pub fn step(&mut self, grad: &dyn Fn(&str) -> Option<Tensor>, lr: f64) -> Result<()> {
+        self.step_scaled(grad, lr, None)
+    }
+
+    /// [`step`](AdamW::step) on the gradients scaled by `grad_scale` (`None`: unscaled): the
+    /// clipping factor of [`Gradients::clip_factor`](crate::Gradients::clip_factor), applied
+    /// as each gradient is read instead of in a pass of its own over every gradient. The
+    /// result has the bits of [`Gradients::clip_global_norm`](crate::Gradients::clip_global_norm)
+    /// followed by [`step`](AdamW::step).
+    ///
+    /// # Errors
+    /// A gradient whose shape differs from its parameter's.
+    ///
+    /// ```
+    /// use atomrl_optim::{AdamW, AdamWConfig};
+    /// use candle_core::{Device, Var};
+    /// let w = Var::new(&[1f32, -1.0], &Device::Cpu)?;
+    /// let mut opt = AdamW::new(vec![("w".into(), w.clone())], AdamWConfig::default())?;
+    /// let grads = w.as_tensor().sqr()?.sum_all()?.backward()?; // gradient [2, -2]
+    /// opt.step_scaled(&|_: &str| grads.get(w.as_tensor()).cloned(), 0.1, Some(0.25))?;
+    /// // Adam's first step moves each parameter by lr, whatever the gradient's scale.
+    /// assert!((w.as_tensor().to_vec1::<f32>()?[0] - 0.9).abs() < 1e-6);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn step_scaled(
+        &mut self,
+        grad: &dyn Fn(&str) -> Option<Tensor>,
+        lr: f64,
+        grad_scale: Option<f64>,
+    ) -> Result<()> {
         let _p = self
             .params
             .first()
@@ -118,6 +147,7 @@ impl AdamW {
         let t = self.step as i32;
         let bias1 = 1.0 - c.beta1.powi(t);
         let bias2 = 1.0 - c.beta2.powi(t);
+        let scalars = UpdateScalars::new(&c, lr, bias1, bias2, grad_scale);
         for (i, (name, var)) in self.params.iter().enumerate() {
             let Some(g) = grad(name) else { continue };
             if g.dims() != var.as_tensor().dims() {
@@ -132,25 +162,14 @@ impl AdamW {
             let theta = var.as_tensor();
             if self.in_place && crate::inplace::applies(&[theta, &g, &self.m[i], &self.v[i]]) {
                 let g = g.contiguous().ctx(FUNC)?;
-                let moment = |beta, squared| MomentUpdate { beta, squared };
-                self.m[i]
-                    .inplace_op2(&g, &moment(c.beta1, false))
-                    .ctx(FUNC)?;
-                self.v[i]
-                    .inplace_op2(&g, &moment(c.beta2, true))
-                    .ctx(FUNC)?;
-                let update = ParamUpdate {
-                    lr,
-                    weight_decay: c.weight_decay,
-                    bias1,
-                    bias2,
-                    eps: c.eps,
-                };
-                theta
-                    .inplace_op3(&self.m[i], &self.v[i], &update)
+                crate::adamw_kernel::update(theta, &self.m[i], &self.v[i], &g, scalars)
                     .ctx(FUNC)?;
                 continue;
             }
+            let g = match grad_scale {
+                Some(s) => (&g * s).ctx(FUNC)?,
+                None => g,
+            };
             let m = ((&self.m[i] * c.beta1).ctx(FUNC)? + (&g * (1.0 - c.beta1)).ctx(FUNC)?)
                 .ctx(FUNC)?;
             let v = ((&self.v[i] * c.beta2).ctx(FUNC)?
@@ -285,17 +304,79 @@ mod tests {
             assert_eq!(ab, bb);
         }
         for i in 0..2 {
-            let bits = |t: &Tensor| -> Vec<u32> {
-                t.flatten_all()
-                    .unwrap()
-                    .to_vec1::<f32>()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.to_bits())
-                    .collect()
-            };
             assert_eq!(bits(&fused.m[i]), bits(&plain.m[i]));
             assert_eq!(bits(&fused.v[i]), bits(&plain.v[i]));
+        }
+    }
+
+    fn bits(t: &Tensor) -> Vec<u32> {
+        t.flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_bits())
+            .collect()
+    }
+
+    #[test]
+    fn a_scaled_step_equals_clipping_then_stepping_bit_for_bit() {
+        use crate::Gradients;
+        // Large enough that the update is split over threads; one small parameter besides.
+        let big = 4 * 65_536 + 37;
+        let make = || -> Vec<(String, Var)> {
+            let w: Vec<f32> = (0..big).map(|i| (i as f32 * 0.013).sin()).collect();
+            vec![
+                ("w".into(), Var::from_vec(w, big, &Device::Cpu).unwrap()),
+                (
+                    "b".into(),
+                    Var::new(&[0.5f32, -0.25, 2.0], &Device::Cpu).unwrap(),
+                ),
+            ]
+        };
+        let config = AdamWConfig {
+            weight_decay: 0.01,
+            ..AdamWConfig::default()
+        };
+        let (clipped, scaled, plain) = (make(), make(), make());
+        let mut by_clip = AdamW::new(clipped.clone(), config).unwrap();
+        let mut by_scale = AdamW::new(scaled.clone(), config).unwrap();
+        let mut by_ops = AdamW::new(plain.clone(), config).unwrap();
+        by_ops.in_place = false;
+        let grads_of = |params: &[(String, Var)], step: usize| -> Gradients {
+            // loss = Σ w·cos(w·k) + Σ b³: non-trivial gradients that change with the step.
+            let k = 1.0 + step as f64;
+            let (w, b) = (params[0].1.as_tensor(), params[1].1.as_tensor());
+            let loss = ((w * (w * k).unwrap().cos().unwrap())
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                + b.powf(3.0).unwrap().sum_all().unwrap())
+            .unwrap();
+            let mut g = Gradients::new();
+            g.accumulate(&loss.backward().unwrap(), params).unwrap();
+            g
+        };
+        for step in 0..3 {
+            let mut a = grads_of(&clipped, step);
+            let norm_a = a.clip_global_norm(1.0).unwrap();
+            by_clip.step(&|n| a.get(n), 1e-2).unwrap();
+            let b = grads_of(&scaled, step);
+            let (norm_b, factor) = b.clip_factor(1.0).unwrap();
+            assert!(factor.is_some(), "the test clips");
+            assert_eq!(norm_a.to_bits(), norm_b.to_bits());
+            by_scale.step_scaled(&|n| b.get(n), 1e-2, factor).unwrap();
+            let c = grads_of(&plain, step);
+            let (_, factor) = c.clip_factor(1.0).unwrap();
+            by_ops.step_scaled(&|n| c.get(n), 1e-2, factor).unwrap();
+        }
+        for i in 0..2 {
+            let want = bits(clipped[i].1.as_tensor());
+            assert_eq!(bits(scaled[i].1.as_tensor()), want, "{}", clipped[i].0);
+            assert_eq!(bits(plain[i].1.as_tensor()), want, "{}", clipped[i].0);
+            assert_eq!(bits(&by_scale.m[i]), bits(&by_clip.m[i]));
+            assert_eq!(bits(&by_scale.v[i]), bits(&by_clip.v[i]));
+            assert_eq!(bits(&by_ops.v[i]), bits(&by_clip.v[i]));
         }
     }
 }

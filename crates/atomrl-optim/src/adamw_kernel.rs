@@ -1,99 +1,191 @@
-//! The AdamW update in place on f32 tensors (CPU, and CUDA with the `cuda` feature: the
-//! kernels of atomrl-core's `cuda/optim.cu`): three passes over memory and no allocation, each
-//! split over candle's threads on the CPU ([`crate::cpu_loops`]).
+//! The AdamW update in place on f32 tensors (CPU, and CUDA with the `cuda` feature: the kernel
+//! of atomrl-core's `cuda/optim.cu`): one pass over memory and no allocation, split over
+//! candle's threads on the CPU ([`crate::cpu_loops`]).
 //!
 //! The tensor-op form allocates a new tensor for each of its ~12 ops per parameter; at
 //! Qwen2.5-0.5B's size that is ~24 GB of fresh buffers per step, each page-faulted in and
-//! zeroed by the kernel (`docs/performance.md`). These ops compute the same f32 arithmetic in
-//! the same order as the tensor-op form (candle's `x * a` is `x · a + 0`), so the two agree
-//! bit for bit (tested in `adamw.rs`).
+//! zeroed by the kernel (`docs/performance.md`). The update here computes the same f32
+//! arithmetic in the same order as the tensor-op form (candle's `x * a` is `x · a + 0`), so the
+//! two agree bit for bit (tested in `adamw.rs`). Each element is computed by itself, so one
+//! pass reading the parameter, both moments and the gradient and writing the first three gives
+//! the bits of three passes (first moment, second moment, parameter) with 7 parameter-sized
+//! reads and writes instead of 10; the clipping factor is applied to the gradient as it is read,
+//! where clipping first scaled every gradient in place (2 more).
+//!
+//! Candle's in-place custom ops give one tensor's storage mutably, and this update writes
+//! three. The ops below nest: the first moment's op, holding its storage, runs the second
+//! moment's op, which runs the parameter's op with both moments' elements in hand. Each level
+//! locks a different tensor, so no lock is taken twice.
 
-use candle_core::{CpuStorage, InplaceOp2, InplaceOp3, Layout, Result};
+use std::cell::Cell;
+
+use candle_core::{CpuStorage, InplaceOp1, InplaceOp2, Layout, Result, Tensor};
 
 use crate::inplace::{f32s, f32s_mut};
 
-/// `moment ← moment · β + f(g) · (1 − β)` with `f(g) = g` (first moment) or `g²` (second).
-pub(crate) struct MomentUpdate {
-    pub beta: f64,
-    pub squared: bool,
-}
-
-impl InplaceOp2 for MomentUpdate {
-    fn name(&self) -> &'static str {
-        "atomrl-adamw-moment"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &mut CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<()> {
-        let g = f32s(s2, l2)?;
-        let m = f32s_mut(s1, l1)?;
-        if m.len() != g.len() {
-            candle_core::bail!(
-                "AdamW kernel: {} moments for {} gradients",
-                m.len(),
-                g.len()
-            );
-        }
-        let (b, c) = (self.beta as f32, (1.0 - self.beta) as f32);
-        if self.squared {
-            crate::cpu_loops::zip_mut(m, g, |m, g| *m = (*m * b + 0.0) + (g * g * c + 0.0));
-        } else {
-            crate::cpu_loops::zip_mut(m, g, |m, g| *m = (*m * b + 0.0) + (g * c + 0.0));
-        }
-        Ok(())
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &mut candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-    ) -> Result<()> {
-        crate::cuda::adamw_moment(s1, l1, s2, l2, self.beta, self.squared)
-    }
-}
-
-/// `θ ← θ · (1 − lr·wd) − lr · (m / bias1) / (sqrt(v / bias2) + ε)`.
-pub(crate) struct ParamUpdate {
-    pub lr: f64,
-    pub weight_decay: f64,
-    pub bias1: f64,
-    pub bias2: f64,
-    pub eps: f64,
-}
-
-/// [`ParamUpdate`]'s scalars in f32, as both the CPU loop and the CUDA kernel use them.
-pub(crate) struct ParamScalars {
+/// AdamW's hyper-parameters and this step's factors, in f32 as both the CPU loop and the CUDA
+/// kernel use them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UpdateScalars {
+    /// β₁ and `1 − β₁`.
+    pub beta1: f32,
+    pub one_minus_beta1: f32,
+    /// β₂ and `1 − β₂`.
+    pub beta2: f32,
+    pub one_minus_beta2: f32,
+    /// `1 / (1 − β₁ᵗ)` and `1 / (1 − β₂ᵗ)`.
     pub inv1: f32,
     pub inv2: f32,
     pub eps: f32,
     pub lr: f32,
     /// `1 − lr·wd` when there is weight decay.
     pub decay: Option<f32>,
+    /// The gradient-clipping factor, when the gradient is to be scaled first.
+    pub grad_scale: Option<f32>,
 }
 
-impl ParamUpdate {
-    fn scalars(&self) -> ParamScalars {
-        ParamScalars {
-            inv1: (1.0 / self.bias1) as f32,
-            inv2: (1.0 / self.bias2) as f32,
-            eps: self.eps as f32,
-            lr: self.lr as f32,
-            decay: (self.weight_decay > 0.0).then_some((1.0 - self.lr * self.weight_decay) as f32),
+impl UpdateScalars {
+    /// The scalars of one step: `bias1 = 1 − β₁ᵗ`, `bias2 = 1 − β₂ᵗ`.
+    pub fn new(
+        config: &crate::AdamWConfig,
+        lr: f64,
+        bias1: f64,
+        bias2: f64,
+        grad_scale: Option<f64>,
+    ) -> Self {
+        Self {
+            beta1: config.beta1 as f32,
+            one_minus_beta1: (1.0 - config.beta1) as f32,
+            beta2: config.beta2 as f32,
+            one_minus_beta2: (1.0 - config.beta2) as f32,
+            inv1: (1.0 / bias1) as f32,
+            inv2: (1.0 / bias2) as f32,
+            eps: config.eps as f32,
+            lr: lr as f32,
+            decay: (config.weight_decay > 0.0).then_some((1.0 - lr * config.weight_decay) as f32),
+            grad_scale: grad_scale.map(|s| s as f32),
         }
+    }
+
+    /// One element's update, in the tensor-op form's order: the gradient scaled
+    /// (`g · s + 0`), `m ← (m·β₁ + 0) + (g·(1 − β₁) + 0)`, `v ← (v·β₂ + 0) + (g²·(1 − β₂) + 0)`,
+    /// `θ ← decayed − (u·lr + 0)` with `u = (m·inv1 + 0) / (sqrt(v·inv2 + 0)·1 + ε)` and
+    /// `decayed = θ·(1 − lr·wd) + 0` (or `θ`).
+    #[inline(always)]
+    fn apply(&self, t: &mut f32, m: &mut f32, v: &mut f32, g: f32) {
+        let g = match self.grad_scale {
+            Some(s) => g * s + 0.0,
+            None => g,
+        };
+        *m = (*m * self.beta1 + 0.0) + (g * self.one_minus_beta1 + 0.0);
+        *v = (*v * self.beta2 + 0.0) + (g * g * self.one_minus_beta2 + 0.0);
+        let update = (*m * self.inv1 + 0.0) / ((*v * self.inv2 + 0.0).sqrt() * 1.0 + self.eps);
+        let decayed = match self.decay {
+            Some(d) => *t * d + 0.0,
+            None => *t,
+        };
+        *t = decayed - (update * self.lr + 0.0);
     }
 }
 
-impl InplaceOp3 for ParamUpdate {
+/// Updates `theta`, its moments `m` and `v` in place from the gradient `g` (four contiguous
+/// f32 tensors of one length, on one device, `m` and `v` distinct from each other and from
+/// `theta` and `g`).
+///
+/// # Errors
+/// Tensors of other dtypes, layouts or lengths; a device without the kernel.
+pub(crate) fn update(
+    theta: &Tensor,
+    m: &Tensor,
+    v: &Tensor,
+    g: &Tensor,
+    scalars: UpdateScalars,
+) -> Result<()> {
+    m.inplace_op1(&WithFirstMoment {
+        v,
+        theta,
+        g,
+        scalars,
+    })
+}
+
+/// The outer level: holds the first moment's storage while the second moment's op runs.
+struct WithFirstMoment<'a> {
+    v: &'a Tensor,
+    theta: &'a Tensor,
+    g: &'a Tensor,
+    scalars: UpdateScalars,
+}
+
+/// The middle level: holds both moments while the parameter's op runs.
+struct WithMoments<'a, M> {
+    m: Cell<Option<M>>,
+    theta: &'a Tensor,
+    g: &'a Tensor,
+    scalars: UpdateScalars,
+}
+
+/// The inner level: the parameter (written) and the gradient (read), the moments in hand.
+struct ParamAndMoments<M> {
+    moments: Cell<Option<(M, M)>>,
+    scalars: UpdateScalars,
+}
+
+/// The moments, taken once by the level that uses them.
+fn take<T>(cell: &Cell<Option<T>>) -> Result<T> {
+    match cell.take() {
+        Some(t) => Ok(t),
+        None => candle_core::bail!("atomrl-adamw: the moments were used twice"),
+    }
+}
+
+impl InplaceOp1 for WithFirstMoment<'_> {
     fn name(&self) -> &'static str {
-        "atomrl-adamw-param"
+        "atomrl-adamw"
+    }
+
+    fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> Result<()> {
+        let m = f32s_mut(s, l)?;
+        self.v.inplace_op1(&WithMoments {
+            m: Cell::new(Some(m)),
+            theta: self.theta,
+            g: self.g,
+            scalars: self.scalars,
+        })
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s: &mut candle_core::CudaStorage, l: &Layout) -> Result<()> {
+        self.v.inplace_op1(&WithMoments {
+            m: Cell::new(Some((s, l))),
+            theta: self.theta,
+            g: self.g,
+            scalars: self.scalars,
+        })
+    }
+}
+
+impl InplaceOp1 for WithMoments<'_, &mut [f32]> {
+    fn name(&self) -> &'static str {
+        "atomrl-adamw"
+    }
+
+    fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> Result<()> {
+        let m = take(&self.m)?;
+        let v = f32s_mut(s, l)?;
+        self.theta.inplace_op2(
+            self.g,
+            &ParamAndMoments {
+                moments: Cell::new(Some((m, v))),
+                scalars: self.scalars,
+            },
+        )
+    }
+}
+
+impl InplaceOp2 for ParamAndMoments<&mut [f32]> {
+    fn name(&self) -> &'static str {
+        "atomrl-adamw"
     }
 
     fn cpu_fwd(
@@ -102,42 +194,77 @@ impl InplaceOp3 for ParamUpdate {
         l1: &Layout,
         s2: &CpuStorage,
         l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
     ) -> Result<()> {
-        let (m, v) = (f32s(s2, l2)?, f32s(s3, l3)?);
+        let (m, v) = take(&self.moments)?;
+        let g = f32s(s2, l2)?;
         let theta = f32s_mut(s1, l1)?;
-        if theta.len() != m.len() || theta.len() != v.len() {
-            candle_core::bail!("AdamW kernel: parameter and moments differ in size");
+        let n = theta.len();
+        if m.len() != n || v.len() != n || g.len() != n {
+            candle_core::bail!(
+                "atomrl-adamw: {n} parameters, {} and {} moments, {} gradients",
+                m.len(),
+                v.len(),
+                g.len()
+            );
         }
-        let ParamScalars {
-            inv1,
-            inv2,
-            eps,
-            lr,
-            decay,
-        } = self.scalars();
-        crate::cpu_loops::zip3_mut(theta, m, v, |t, m, v| {
-            let update = (m * inv1 + 0.0) / ((v * inv2 + 0.0).sqrt() * 1.0 + eps);
-            let decayed = match decay {
-                Some(d) => *t * d + 0.0,
-                None => *t,
-            };
-            *t = decayed - (update * lr + 0.0);
-        });
+        let k = self.scalars;
+        crate::cpu_loops::zip4_mut3(theta, m, v, g, |t, m, v, g| k.apply(t, m, v, g));
         Ok(())
     }
+}
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &mut candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-        s3: &candle_core::CudaStorage,
-        l3: &Layout,
-    ) -> Result<()> {
-        crate::cuda::adamw_param(s1, l1, s2, l2, s3, l3, &self.scalars())
+#[cfg(feature = "cuda")]
+mod cuda_levels {
+    use super::*;
+    use candle_core::CudaStorage;
+
+    type Held<'s> = (&'s mut CudaStorage, &'s Layout);
+
+    impl<'s> InplaceOp1 for WithMoments<'_, Held<'s>> {
+        fn name(&self) -> &'static str {
+            "atomrl-adamw"
+        }
+
+        fn cpu_fwd(&self, _: &mut CpuStorage, _: &Layout) -> Result<()> {
+            candle_core::bail!("atomrl-adamw: the first moment is on CUDA, the second is not")
+        }
+
+        fn cuda_fwd(&self, s: &mut CudaStorage, l: &Layout) -> Result<()> {
+            let m = take(&self.m)?;
+            self.theta.inplace_op2(
+                self.g,
+                &ParamAndMoments {
+                    moments: Cell::new(Some((m, (s, l)))),
+                    scalars: self.scalars,
+                },
+            )
+        }
+    }
+
+    impl<'s> InplaceOp2 for ParamAndMoments<Held<'s>> {
+        fn name(&self) -> &'static str {
+            "atomrl-adamw"
+        }
+
+        fn cpu_fwd(
+            &self,
+            _: &mut CpuStorage,
+            _: &Layout,
+            _: &CpuStorage,
+            _: &Layout,
+        ) -> Result<()> {
+            candle_core::bail!("atomrl-adamw: the moments are on CUDA, the parameter is not")
+        }
+
+        fn cuda_fwd(
+            &self,
+            s1: &mut CudaStorage,
+            l1: &Layout,
+            s2: &CudaStorage,
+            l2: &Layout,
+        ) -> Result<()> {
+            let ((m, lm), (v, lv)) = take(&self.moments)?;
+            crate::cuda::adamw((s1, l1), (m, lm), (v, lv), (s2, l2), &self.scalars)
+        }
     }
 }

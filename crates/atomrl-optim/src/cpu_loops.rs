@@ -46,21 +46,72 @@ pub(crate) fn zip_mut(a: &mut [f32], b: &[f32], f: impl Fn(&mut f32, f32) + Sync
     }
 }
 
-/// `f(a[i], b[i], c[i])` for every element; the three have one length.
-pub(crate) fn zip3_mut(a: &mut [f32], b: &[f32], c: &[f32], f: impl Fn(&mut f32, f32, f32) + Sync) {
-    debug_assert!(a.len() == b.len() && a.len() == c.len());
-    let run = |((a, b), c): ((&mut [f32], &[f32]), &[f32])| {
-        for ((a, &b), &c) in a.iter_mut().zip(b).zip(c) {
-            f(a, b, c);
-        }
-    };
+/// `f(a[i], b[i], c[i], d[i])` for every element, writing the first three; the four have one
+/// length. Compiled for AVX-512 where the CPU has it: the optimizer's update divides and takes
+/// a square root per element, and at 4 SSE lanes that arithmetic, not memory, bounded the loop.
+/// Each lane rounds as a scalar would (no operation is fused or reordered), so the width
+/// changes no bit.
+pub(crate) fn zip4_mut3(
+    a: &mut [f32],
+    b: &mut [f32],
+    c: &mut [f32],
+    d: &[f32],
+    f: impl Fn(&mut f32, &mut f32, &mut f32, f32) + Sync,
+) {
+    debug_assert!(a.len() == b.len() && a.len() == c.len() && a.len() == d.len());
     if split(a.len()) {
         a.par_chunks_mut(CHUNK)
-            .zip(b.par_chunks(CHUNK))
-            .zip(c.par_chunks(CHUNK))
-            .for_each(run);
+            .zip(b.par_chunks_mut(CHUNK))
+            .zip(c.par_chunks_mut(CHUNK))
+            .zip(d.par_chunks(CHUNK))
+            .for_each(|(((a, b), c), d)| zip4_widest(a, b, c, d, &f));
     } else {
-        run(((a, b), c));
+        zip4_widest(a, b, c, d, &f);
+    }
+}
+
+/// [`zip4`] in the widest vectors the CPU has.
+fn zip4_widest<F: Fn(&mut f32, &mut f32, &mut f32, f32)>(
+    a: &mut [f32],
+    b: &mut [f32],
+    c: &mut [f32],
+    d: &[f32],
+    f: &F,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            #[allow(unsafe_code)]
+            // SAFETY: the CPU has AVX-512F, checked just above.
+            return unsafe { zip4_avx512(a, b, c, d, f) };
+        }
+    }
+    zip4(a, b, c, d, f)
+}
+
+/// [`zip4`] compiled for AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn zip4_avx512<F: Fn(&mut f32, &mut f32, &mut f32, f32)>(
+    a: &mut [f32],
+    b: &mut [f32],
+    c: &mut [f32],
+    d: &[f32],
+    f: &F,
+) {
+    zip4(a, b, c, d, f)
+}
+
+#[inline(always)]
+fn zip4<F: Fn(&mut f32, &mut f32, &mut f32, f32)>(
+    a: &mut [f32],
+    b: &mut [f32],
+    c: &mut [f32],
+    d: &[f32],
+    f: &F,
+) {
+    for (((a, b), c), &d) in a.iter_mut().zip(b.iter_mut()).zip(c.iter_mut()).zip(d) {
+        f(a, b, c, d);
     }
 }
 
@@ -174,8 +225,20 @@ mod tests {
                 .zip(&c)
                 .map(|((&a, &b), &c)| a * b + c)
                 .collect();
-            zip3_mut(&mut a, &b, &c, |a, b, c| *a = *a * b + c);
+            let (mut b2, mut c2) = (b.clone(), c.clone());
+            zip4_mut3(&mut a, &mut b2, &mut c2, &c, |a, b, c, d| {
+                *a = *a * *b + d;
+                *b = -*b;
+                *c = c.abs().sqrt() / d;
+            });
             assert_eq!(a, want);
+            let neg: Vec<f32> = b.iter().map(|&b| -b).collect();
+            let root: Vec<f32> = c.iter().map(|&c| c.abs().sqrt() / c).collect();
+            assert_eq!(b2, neg);
+            assert_eq!(
+                c2.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                root.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+            );
             zip_mut(&mut a, &b, |a, b| *a -= b);
             for_each_mut(&mut a, |a| *a *= 2.0);
             let twice: Vec<f32> = want.iter().zip(&b).map(|(&w, &b)| (w - b) * 2.0).collect();

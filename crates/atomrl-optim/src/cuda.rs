@@ -54,56 +54,53 @@ pub(crate) fn scale(a: &mut CudaStorage, la: &Layout, s: f32) -> Result<()> {
     Ok(())
 }
 
-/// AdamW's moment update in place: `m = (m·β + 0) + (f(g)·(1 − β) + 0)`.
-pub(crate) fn adamw_moment(
-    m: &mut CudaStorage,
-    lm: &Layout,
-    g: &CudaStorage,
-    lg: &Layout,
-    beta: f64,
-    squared: bool,
-) -> Result<()> {
-    let (rm, rg) = (range(lm, "moment")?, range(lg, "gradient")?);
-    let n = same_len(rm, rg, "atomrl-adamw-moment")?;
-    let func = m
-        .device()
-        .get_or_load_custom_func("atomrl_adamw_moment_f32", MODULE, PTX)?;
-    let gv = g.as_cuda_slice::<f32>()?.slice(rg.0..rg.1);
-    let mut mv = m.as_cuda_slice_mut::<f32>()?.slice_mut(rm.0..rm.1);
-    let (b, c, sq) = (beta as f32, (1.0 - beta) as f32, i32::from(squared));
-    // Launch: `n` elements of each view (lengths checked); argument types as in optim.cu.
-    atomrl_core::launch_kernel!(func, config(n), &mut mv, &gv, &b, &c, &sq, &n)?;
-    Ok(())
-}
+/// A CUDA storage and its layout.
+pub(crate) type Part<'a> = (&'a CudaStorage, &'a Layout);
+/// A CUDA storage to write and its layout.
+pub(crate) type PartMut<'a> = (&'a mut CudaStorage, &'a Layout);
 
-/// AdamW's parameter update in place (see `adamw_kernel::ParamUpdate`).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn adamw_param(
-    theta: &mut CudaStorage,
-    lt: &Layout,
-    m: &CudaStorage,
-    lm: &Layout,
-    v: &CudaStorage,
-    lv: &Layout,
-    s: &crate::adamw_kernel::ParamScalars,
+/// AdamW's update in place, both moments and the parameter in one kernel (see
+/// `adamw_kernel::UpdateScalars::apply`).
+pub(crate) fn adamw(
+    theta: PartMut<'_>,
+    m: PartMut<'_>,
+    v: PartMut<'_>,
+    g: Part<'_>,
+    s: &crate::adamw_kernel::UpdateScalars,
 ) -> Result<()> {
-    let (rt, rm, rv) = (range(lt, "parameter")?, range(lm, "m")?, range(lv, "v")?);
-    let n = same_len(rt, rm, "atomrl-adamw-param")?;
-    same_len(rt, rv, "atomrl-adamw-param")?;
+    let (rt, rm) = (range(theta.1, "parameter")?, range(m.1, "m")?);
+    let (rv, rg) = (range(v.1, "v")?, range(g.1, "gradient")?);
+    let n = same_len(rt, rm, "atomrl-adamw")?;
+    same_len(rt, rv, "atomrl-adamw")?;
+    same_len(rt, rg, "atomrl-adamw")?;
     let func = theta
+        .0
         .device()
-        .get_or_load_custom_func("atomrl_adamw_param_f32", MODULE, PTX)?;
-    let mv = m.as_cuda_slice::<f32>()?.slice(rm.0..rm.1);
-    let vv = v.as_cuda_slice::<f32>()?.slice(rv.0..rv.1);
-    let mut tv = theta.as_cuda_slice_mut::<f32>()?.slice_mut(rt.0..rt.1);
+        .get_or_load_custom_func("atomrl_adamw_f32", MODULE, PTX)?;
+    let gv = g.0.as_cuda_slice::<f32>()?.slice(rg.0..rg.1);
+    let mut mv = m.0.as_cuda_slice_mut::<f32>()?.slice_mut(rm.0..rm.1);
+    let mut vv = v.0.as_cuda_slice_mut::<f32>()?.slice_mut(rv.0..rv.1);
+    let mut tv = theta.0.as_cuda_slice_mut::<f32>()?.slice_mut(rt.0..rt.1);
+    let (grad_scale, has_scale) = (
+        s.grad_scale.unwrap_or(1.0),
+        i32::from(s.grad_scale.is_some()),
+    );
     let (decay, has_decay) = (s.decay.unwrap_or(1.0), i32::from(s.decay.is_some()));
-    // Launch: `n` elements of each view (lengths checked); argument types as in optim.cu.
+    // Launch: `n` elements of each of the four views (lengths checked, distinct tensors);
+    // argument types as in optim.cu.
     atomrl_core::launch_kernel!(
         func,
         config(n),
         &mut tv,
-        &mv,
-        &vv,
+        &mut mv,
+        &mut vv,
+        &gv,
+        &grad_scale,
+        &has_scale,
+        &s.beta1,
+        &s.one_minus_beta1,
+        &s.beta2,
+        &s.one_minus_beta2,
         &s.inv1,
         &s.inv2,
         &s.eps,

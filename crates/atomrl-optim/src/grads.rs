@@ -332,19 +332,56 @@ impl Gradients {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn clip_global_norm(&mut self, max_norm: f64) -> Result<f64> {
-        let _p = self
-            .sums
-            .values()
-            .next()
-            .map(|s| atomrl_core::profile::phase("grads.clip", s.tensor.device()));
-        let norm = self.global_norm()?;
-        if max_norm > 0.0 && norm.is_finite() && norm > max_norm {
-            let scale = max_norm / (norm + 1e-6);
+        let _p = self.profile_phase("grads.clip");
+        let (norm, factor) = self.norm_and_clip_factor(max_norm)?;
+        if let Some(scale) = factor {
             for g in self.sums.values_mut() {
                 g.scale(scale)?;
             }
         }
         Ok(norm)
+    }
+
+    /// A profile phase on the gradients' device (none without gradients).
+    fn profile_phase(&self, name: &'static str) -> Option<atomrl_core::profile::Phase> {
+        self.sums
+            .values()
+            .next()
+            .map(|s| atomrl_core::profile::phase(name, s.tensor.device()))
+    }
+
+    /// The global norm and the factor [`clip_global_norm`](Gradients::clip_global_norm)
+    /// would scale every gradient by (`None`: the norm is within `max_norm`, not finite, or
+    /// clipping is off), leaving the gradients as they are: for
+    /// [`AdamW::step_scaled`](crate::AdamW::step_scaled), which applies the factor as it
+    /// reads each gradient.
+    ///
+    /// # Errors
+    /// A tensor read failure.
+    ///
+    /// ```
+    /// use atomrl_optim::Gradients;
+    /// use candle_core::{Device, Var};
+    /// let w = Var::new(&[3f32, 4.0], &Device::Cpu)?;
+    /// let store = w.as_tensor().sqr()?.sum_all()?.backward()?; // gradient [6, 8]
+    /// let mut g = Gradients::new();
+    /// g.accumulate(&store, &[("w".into(), w)])?;
+    /// let (norm, factor) = g.clip_factor(5.0)?;
+    /// assert!((norm - 10.0).abs() < 1e-6);
+    /// assert!((factor.unwrap() - 5.0 / (10.0 + 1e-6)).abs() < 1e-12);
+    /// assert_eq!(g.clip_factor(20.0)?.1, None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn clip_factor(&self, max_norm: f64) -> Result<(f64, Option<f64>)> {
+        let _p = self.profile_phase("grads.clip");
+        self.norm_and_clip_factor(max_norm)
+    }
+
+    /// [`clip_factor`](Gradients::clip_factor) without a profile phase.
+    fn norm_and_clip_factor(&self, max_norm: f64) -> Result<(f64, Option<f64>)> {
+        let norm = self.global_norm()?;
+        let clip = max_norm > 0.0 && norm.is_finite() && norm > max_norm;
+        Ok((norm, clip.then(|| max_norm / (norm + 1e-6))))
     }
 }
 

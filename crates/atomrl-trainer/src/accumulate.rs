@@ -116,14 +116,17 @@ pub fn clip_and_step<T>(
     optimizers: &mut [(&mut AdamW, f64)],
 ) -> Result<(StepOutcome, Vec<T>)> {
     let Accumulated {
-        mut grads,
+        grads,
         mut outcome,
         extras,
     } = acc;
     if outcome.skipped.is_some() {
         return Ok((outcome, extras));
     }
-    outcome.grad_norm = grads.clip_global_norm(max_grad_norm)?;
+    // The clipping factor goes to the optimizers, which scale each gradient as they read it:
+    // the bits of clipping first, without a pass of its own over every gradient.
+    let (norm, clip) = grads.clip_factor(max_grad_norm)?;
+    outcome.grad_norm = norm;
     if !outcome.loss.is_finite() || !outcome.grad_norm.is_finite() {
         outcome.skipped = Some(format!(
             "non-finite loss ({}) or gradient norm ({})",
@@ -135,7 +138,7 @@ pub fn clip_and_step<T>(
         if extras.is_empty() {
             zero_gradient_step(optimizer, *lr)?;
         } else {
-            optimizer.step(&|name| grads.get(name), *lr)?;
+            optimizer.step_scaled(&|name| grads.get(name), *lr, clip)?;
         }
     }
     Ok((outcome, extras))

@@ -117,8 +117,9 @@ fn train_step(m: &CausalLm, opt: &mut AdamW) {
         };
         grads.accumulate(&store, &params).expect("accumulate");
     }
-    grads.clip_global_norm(1e-3).expect("clip");
-    opt.step(&|name| grads.get(name), 1e-4).expect("step");
+    let (_, clip) = grads.clip_factor(1e-3).expect("clip");
+    opt.step_scaled(&|name| grads.get(name), 1e-4, clip)
+        .expect("step");
 }
 
 fn per_call(stats: &[PhaseStats], phase: &str) -> (AllocCounts, u64) {
