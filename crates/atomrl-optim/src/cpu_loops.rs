@@ -102,6 +102,7 @@ fn zip4_avx512<F: Fn(&mut f32, &mut f32, &mut f32, f32)>(
     zip4(a, b, c, d, f)
 }
 
+/// The element loop of [`zip4_mut3`], inlined into each of its compiled forms.
 #[inline(always)]
 fn zip4<F: Fn(&mut f32, &mut f32, &mut f32, f32)>(
     a: &mut [f32],
