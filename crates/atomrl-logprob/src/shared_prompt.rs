@@ -286,16 +286,16 @@ fn check_batch(func: &str, model: &CausalLm, batch: &SharedPromptBatch) -> Resul
 /// The prompts through the model once: each completion's row of the prompts' last hidden
 /// state `[N, 1, H]`, and the prompts' key/value cache.
 fn prompt_pass(func: &str, model: &CausalLm, b: &CheckedBatch) -> Result<(Tensor, KvCache)> {
-    let p = b.prompt_ids.dim(1).ctx(func)?;
     let mut cache = model.new_kv_cache();
-    let prompt_hidden = model.forward_hidden(
-        &ForwardInput::new(b.prompt_ids.clone()).with_attention_mask(b.prompt_mask.clone()),
+    // The completions read the prompts' keys and values and the last position's state; the
+    // last layer computes nothing else.
+    let prompt_last = model.forward_hidden(
+        &ForwardInput::new(b.prompt_ids.clone())
+            .with_attention_mask(b.prompt_mask.clone())
+            .with_last_position_only(),
         Some(&mut cache),
     )?;
-    let last = prompt_hidden
-        .narrow(1, p - 1, 1)
-        .and_then(|h| h.contiguous()?.index_select(&b.index, 0))
-        .ctx(func)?;
+    let last = prompt_last.index_select(&b.index, 0).ctx(func)?;
     Ok((last, cache))
 }
 

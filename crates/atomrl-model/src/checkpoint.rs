@@ -75,7 +75,7 @@ impl CustomOp1 for Recompute {
             }
         })?;
         let (cos, sin) = &self.rope;
-        let y = layer.forward(x.as_tensor(), (cos, sin), &self.bias, None, self.train)?;
+        let y = layer.forward(x.as_tensor(), (cos, sin), &self.bias, None, self.train, 0)?;
         let grads = (y * grad_res.detach())?.sum_all()?.backward()?;
         let grad_of = |v: &Var, grads: &GradStore| -> Result<Tensor> {
             match grads.get(v.as_tensor()) {
@@ -111,7 +111,7 @@ pub(crate) fn forward(
         Ok(t.detach())
     })?;
     if tracked.is_empty() && !x.track_op() {
-        return layer.forward(x, rope, bias, None, train);
+        return layer.forward(x, rope, bias, None, train, 0);
     }
     if train && layer.has_dropout() {
         candle_core::bail!(
@@ -119,7 +119,7 @@ pub(crate) fn forward(
              (set lora dropout to 0 or turn checkpointing off)"
         );
     }
-    let y = detached.forward(&x.detach(), rope, bias, None, train)?;
+    let y = detached.forward(&x.detach(), rope, bias, None, train, 0)?;
     let mut flat = vec![x.flatten_all()?];
     for t in &tracked {
         flat.push(t.flatten_all()?);

@@ -33,6 +33,11 @@ pub struct ForwardInput {
     pub attention_mask: Option<Tensor>,
     /// Positions `[N, L]`.
     pub position_ids: Option<Tensor>,
+    /// Only the last position's state is wanted (a prompt pass before decoding): the last
+    /// decoder layer computes its queries, attention output and MLP there alone, and
+    /// [`CausalLm::forward_hidden`](crate::CausalLm::forward_hidden) returns `[N, 1, H]`.
+    /// Every position's keys and values still go into the cache.
+    pub last_position_only: bool,
 }
 
 impl ForwardInput {
@@ -49,6 +54,7 @@ impl ForwardInput {
             input_ids,
             attention_mask: None,
             position_ids: None,
+            last_position_only: false,
         }
     }
 
@@ -79,6 +85,29 @@ impl ForwardInput {
     /// ```
     pub fn with_position_ids(mut self, positions: Tensor) -> Self {
         self.position_ids = Some(positions);
+        self
+    }
+
+    /// Asks for the last position's state alone ([`ForwardInput::last_position_only`]): the
+    /// same numbers as the last column of the full pass, up to float rounding, for less work
+    /// in the last decoder layer (a prompt pass's queries, attention output and MLP at every
+    /// other position feed nothing).
+    ///
+    /// ```
+    /// use atomrl_model::{Architecture, CausalLm, ForwardInput, ModelConfig};
+    /// use candle_core::{DType, Device, Tensor};
+    /// let config = ModelConfig::new(Architecture::Qwen2, 16, 8, 8, 2, 2, 1)?;
+    /// let m = CausalLm::from_config_random(config, 1, DType::F32, &Device::Cpu)?;
+    /// let ids = Tensor::new(&[[1u32, 2, 3]], &Device::Cpu)?;
+    /// let full = m.forward_hidden(&ForwardInput::new(ids.clone()), None)?;
+    /// let last = m.forward_hidden(&ForwardInput::new(ids).with_last_position_only(), None)?;
+    /// assert_eq!(last.dims(), &[1, 1, 8]);
+    /// let diff = (last - full.narrow(1, 2, 1)?)?.abs()?.max_all()?.to_scalar::<f32>()?;
+    /// assert!(diff < 1e-5);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_last_position_only(mut self) -> Self {
+        self.last_position_only = true;
         self
     }
 }
@@ -149,6 +178,25 @@ pub(crate) struct AttentionBias {
 }
 
 impl AttentionBias {
+    /// The bias of the queries `from..L` alone: the causal part's rows `from..L`, the key
+    /// padding as it is.
+    pub fn queries_from(&self, from: usize) -> candle_core::Result<Self> {
+        let causal = match &self.causal {
+            Some(c) => {
+                let l = c.dim(2)?;
+                Some(c.narrow(2, from, l - from)?.contiguous()?)
+            }
+            None => None,
+        };
+        let mut keys = self.keys.clone();
+        keys.past += from;
+        Ok(Self {
+            causal,
+            pad: self.pad.clone(),
+            keys,
+        })
+    }
+
     /// Adds the bias to attention scores `[N, heads, L, P + L]`.
     pub fn apply(&self, scores: &Tensor) -> candle_core::Result<Tensor> {
         let mut s = scores.clone();

@@ -815,7 +815,8 @@ impl CausalLm {
         self.logits(&hidden)
     }
 
-    /// Final-normed hidden states `[N, L, H]` (the LM head's input); see [`CausalLm::forward`].
+    /// Final-normed hidden states `[N, L, H]` (the LM head's input; `[N, 1, H]` with
+    /// [`ForwardInput::with_last_position_only`]); see [`CausalLm::forward`].
     ///
     /// # Errors
     /// As [`CausalLm::forward`].
@@ -940,8 +941,15 @@ impl CausalLm {
         } else {
             &self.net
         };
-        net.hidden(&ids, (&cos, &sin), &bias, cache, self.train)
-            .ctx(func)
+        net.hidden(
+            &ids,
+            (&cos, &sin),
+            &bias,
+            cache,
+            self.train,
+            input.last_position_only,
+        )
+        .ctx(func)
     }
 
     /// Logits `[.., V]` from hidden states `[.., H]` (the LM head alone): lets callers compute
@@ -1155,5 +1163,71 @@ mod tests {
         // On the CPU a generation view keeps the tensor-op forms.
         let m = CausalLm::from_config_random(c, 3, DType::F32, &Device::Cpu).unwrap();
         assert!(!m.generation_view().net.fused);
+    }
+
+    fn bits(t: &Tensor) -> Vec<u32> {
+        t.flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_bits())
+            .collect()
+    }
+
+    /// A pass that wants the last position alone gives the full pass's last column, fills the
+    /// cache with the same keys and values bit for bit (so decoding after it is unchanged),
+    /// and gives the same gradients: with q/k norms (Qwen3) and q/k/v biases (Qwen2), the
+    /// tensor-op and fused forms, a left-padded batch, and gradient checkpointing.
+    #[test]
+    fn a_last_position_pass_equals_the_full_pass() {
+        let d = Device::Cpu;
+        let ids = Tensor::new(&[[0u32, 5, 9, 13, 2], [7, 8, 63, 1, 4]], &d).unwrap();
+        let mask = Tensor::new(&[[0u32, 1, 1, 1, 1], [1, 1, 1, 1, 1]], &d).unwrap();
+        let full_in = ForwardInput::new(ids).with_attention_mask(mask);
+        let last_in = full_in.clone().with_last_position_only();
+        for arch in [Architecture::Qwen3, Architecture::Qwen2] {
+            let mut c = ModelConfig::new(arch, 64, 32, 48, 3, 4, 2).unwrap();
+            c.initializer_range = 0.2;
+            c.qkv_bias = arch == Architecture::Qwen2;
+            let m = CausalLm::from_config_random(c, 3, DType::F32, &d).unwrap();
+            for view in [m.detached(), m.detached().with_fused_kernels()] {
+                let (mut ca, mut cb) = (view.new_kv_cache(), view.new_kv_cache());
+                let full = view.forward_hidden(&full_in, Some(&mut ca)).unwrap();
+                let last = view.forward_hidden(&last_in, Some(&mut cb)).unwrap();
+                assert_eq!(last.dims(), &[2, 1, 32]);
+                let diff = max_diff(&last, &full.narrow(1, 4, 1).unwrap());
+                assert!(diff < 1e-5, "{arch:?}: {diff}");
+                for (a, b) in ca.layers.iter().zip(&cb.layers) {
+                    let ((ka, va), (kb, vb)) = (a.as_ref().unwrap(), b.as_ref().unwrap());
+                    assert_eq!((bits(ka), bits(va)), (bits(kb), bits(vb)));
+                }
+            }
+            for checkpointing in [false, true] {
+                let mut m = m.clone();
+                m.set_gradient_checkpointing(checkpointing);
+                let full = m.forward_hidden(&full_in, None).unwrap();
+                let last = m.forward_hidden(&last_in, None).unwrap();
+                let weights = Tensor::arange(0f32, 64.0, &d).unwrap().reshape((2, 1, 32));
+                let loss = |h: &Tensor| (h * weights.as_ref().unwrap()).unwrap().sum_all();
+                let ga = loss(&full.narrow(1, 4, 1).unwrap())
+                    .unwrap()
+                    .backward()
+                    .unwrap();
+                let gb = loss(&last).unwrap().backward().unwrap();
+                for v in m.trainable_vars() {
+                    let (a, b) = (ga.get(v.as_tensor()), gb.get(v.as_tensor()));
+                    match (a, b) {
+                        (Some(a), Some(b)) => {
+                            let scale = a.abs().unwrap().max_all().unwrap();
+                            let scale: f32 = scale.to_scalar().unwrap();
+                            let diff = max_diff(a, b) / scale.max(1.0);
+                            assert!(diff < 1e-5, "{arch:?} {checkpointing}: {diff} of {scale}");
+                        }
+                        (a, b) => assert_eq!(a.is_some(), b.is_some()),
+                    }
+                }
+            }
+        }
     }
 }

@@ -108,6 +108,9 @@ impl Attention {
         })
     }
 
+    /// Attention of the queries at positions `from..L` of `x [N, L, H]` over the keys and
+    /// values of every position (and the cache's): `[N, L - from, H]`. Every position's key
+    /// and value still go into the cache.
     fn forward(
         &self,
         x: &Tensor,
@@ -115,10 +118,17 @@ impl Attention {
         bias: &AttentionBias,
         slot: Option<(&mut KvCache, usize)>,
         train: bool,
+        from: usize,
     ) -> Result<Tensor> {
         let (n, l, _) = x.dims3()?;
         let (nh, nkv, hd) = (self.heads, self.kv_heads, self.head_dim);
-        let mut q = self.q.forward(x, train)?.reshape((n, l, nh, hd))?;
+        let lq = l - from;
+        let xq = if from > 0 {
+            x.narrow(1, from, lq)?
+        } else {
+            x.clone()
+        };
+        let mut q = self.q.forward(&xq, train)?.reshape((n, lq, nh, hd))?;
         let mut k = self.k.forward(x, train)?.reshape((n, l, nkv, hd))?;
         let v = self.v.forward(x, train)?.reshape((n, l, nkv, hd))?;
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
@@ -130,16 +140,22 @@ impl Attention {
             k.transpose(1, 2)?.contiguous()?,
         );
         let (q, k) = if self.fused {
-            // `rope` holds the half-width tables here (`Network::hidden`).
+            // `rope` holds the half-width tables `[N, L, d/2]` here (`Network::hidden`).
+            let (cos, sin) = query_tables(rope, 1, from, lq)?;
             (
-                candle_nn::rotary_emb::rope(&q, rope.0, rope.1)?,
+                candle_nn::rotary_emb::rope(&q, &cos, &sin)?,
                 candle_nn::rotary_emb::rope(&k, rope.0, rope.1)?,
             )
         } else {
-            (
-                apply_rope(&q, rope.0, rope.1)?,
-                apply_rope(&k, rope.0, rope.1)?,
-            )
+            let (cos, sin) = query_tables(rope, 2, from, lq)?;
+            (apply_rope(&q, &cos, &sin)?, apply_rope(&k, rope.0, rope.1)?)
+        };
+        let queries_bias;
+        let bias = if from > 0 {
+            queries_bias = bias.queries_from(from)?;
+            &queries_bias
+        } else {
+            bias
         };
         let v = v.transpose(1, 2)?.contiguous()?;
         let (k, v) = match slot {
@@ -164,9 +180,26 @@ impl Attention {
             let scores = q.matmul(&k.t()?)?;
             softmax_last(&bias.apply(&(scores * scale)?)?, false)?.matmul(&v)?
         };
-        let out = out.transpose(1, 2)?.reshape((n, l, nh * hd))?;
+        let out = out.transpose(1, 2)?.reshape((n, lq, nh * hd))?;
         self.o.forward(&out, train)
     }
+}
+
+/// The rotary tables of the queries at positions `from..from + len` (all of them when
+/// `from` is 0), the position axis being `axis`.
+fn query_tables(
+    rope: (&Tensor, &Tensor),
+    axis: usize,
+    from: usize,
+    len: usize,
+) -> Result<(Tensor, Tensor)> {
+    if from == 0 {
+        return Ok((rope.0.clone(), rope.1.clone()));
+    }
+    Ok((
+        rope.0.narrow(axis, from, len)?.contiguous()?,
+        rope.1.narrow(axis, from, len)?.contiguous()?,
+    ))
 }
 
 impl Attention {
@@ -368,6 +401,10 @@ impl DecoderLayer {
         self.linears().iter().any(|l| l.has_dropout())
     }
 
+    /// The layer's output `[N, L - from, H]` at positions `from..L` of `x [N, L, H]` (`from`
+    /// 0: every position): the keys and values of every position go into the cache and are
+    /// attended to, but the queries, the attention's output and the MLP are computed at
+    /// `from..L` only (a prompt pass's last layer needs its last position alone).
     pub fn forward(
         &self,
         x: &Tensor,
@@ -375,11 +412,18 @@ impl DecoderLayer {
         bias: &AttentionBias,
         slot: Option<(&mut KvCache, usize)>,
         train: bool,
+        from: usize,
     ) -> Result<Tensor> {
         let x = {
             let _p = profile::phase("forward.layer.attention", x.device());
             let h = rms_norm(x, &self.input_norm, self.eps, self.fused)?;
-            (x + self.attn.forward(&h, rope, bias, slot, train)?)?
+            let a = self.attn.forward(&h, rope, bias, slot, train, from)?;
+            if from > 0 {
+                let l = x.dim(1)?;
+                (x.narrow(1, from, l - from)? + a)?
+            } else {
+                (x + a)?
+            }
         };
         let _p = profile::phase("forward.layer.mlp", x.device());
         let h = rms_norm(&x, &self.post_attn_norm, self.eps, self.fused)?;
@@ -548,7 +592,9 @@ impl Network {
         self.lm_head.map(&mut |t| t.to_dtype(dtype))
     }
 
-    /// Final-normed hidden states `[N, L, H]`.
+    /// Final-normed hidden states `[N, L, H]`, or `[N, 1, H]` at the last position alone when
+    /// `last_only` (the last decoder layer then computes nothing else; every position's keys
+    /// and values still reach `cache`).
     pub fn hidden(
         &self,
         ids: &Tensor,
@@ -556,6 +602,7 @@ impl Network {
         bias: &AttentionBias,
         mut cache: Option<&mut KvCache>,
         train: bool,
+        last_only: bool,
     ) -> Result<Tensor> {
         let (n, l) = ids.dims2()?;
         let mut x =
@@ -570,13 +617,19 @@ impl Network {
         } else {
             rope
         };
+        let last_layer = self.layers.len().checked_sub(1);
         for (i, layer) in self.layers.iter().enumerate() {
             let slot = cache.as_deref_mut().map(|c| (c, i));
-            x = if self.checkpoint && slot.is_none() {
+            x = if last_only && Some(i) == last_layer {
+                layer.forward(&x, rope, bias, slot, train, l - 1)?
+            } else if self.checkpoint && slot.is_none() {
                 crate::checkpoint::forward(layer, &x, rope, bias, train)?
             } else {
-                layer.forward(&x, rope, bias, slot, train)?
+                layer.forward(&x, rope, bias, slot, train, 0)?
             };
+        }
+        if last_only && last_layer.is_none() {
+            x = x.narrow(1, l - 1, 1)?;
         }
         rms_norm(&x, &self.norm, self.eps, self.fused)
     }

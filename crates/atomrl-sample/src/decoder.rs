@@ -176,7 +176,8 @@ impl<'m> BatchDecoder<'m> {
             ids.extend_from_slice(x);
         }
         let ids_t = Tensor::from_vec(ids.clone(), (b, p), &Device::Cpu).ctx(func)?;
-        let mut input = ForwardInput::new(ids_t);
+        // The next token's logits need the last position's state alone.
+        let mut input = ForwardInput::new(ids_t).with_last_position_only();
         if pads.iter().any(|&x| x > 0) {
             input = input.with_attention_mask(pad_mask(&pads, p)?);
         }
@@ -186,10 +187,7 @@ impl<'m> BatchDecoder<'m> {
             CacheMode::Recompute => None,
         };
         let hidden = self.model.forward_hidden(&input, cache)?;
-        let last = hidden
-            .narrow(1, p - 1, 1)
-            .and_then(|h| h.squeeze(1))
-            .ctx(func)?;
+        let last = hidden.squeeze(1).ctx(func)?;
         let mut logits = self.model.logits(&last)?;
         let expand = |v: &[usize]| -> Vec<usize> {
             v.iter()
@@ -324,15 +322,12 @@ impl<'m> BatchDecoder<'m> {
                 }
                 let l = self.width + 1;
                 let ids = Tensor::from_vec(self.seqs.concat(), (a, l), &Device::Cpu).ctx(func)?;
-                let mut input = ForwardInput::new(ids);
+                let mut input = ForwardInput::new(ids).with_last_position_only();
                 if any_pad {
                     input = input.with_attention_mask(pad_mask(&self.pads, l)?);
                 }
                 let hidden = self.model.forward_hidden(&input, None)?;
-                let last = hidden
-                    .narrow(1, l - 1, 1)
-                    .and_then(|h| h.squeeze(1))
-                    .ctx(func)?;
+                let last = hidden.squeeze(1).ctx(func)?;
                 self.model.logits(&last)?
             }
         };
