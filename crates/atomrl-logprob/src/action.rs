@@ -134,11 +134,15 @@ pub fn get_action_log_probs_chunked(
     check_ids(func, "input_ids", &ids, vocab)?;
     let mask = check_mask(func, "attention_mask", attention_mask)?;
     let t = logits_to_keep;
-    let hidden = model.forward_hidden(
-        &ForwardInput::new(ids.clone()).with_attention_mask(mask.clone()),
+    // The states from the position before the first scored token on; the last layer
+    // computes nothing before it.
+    let scoring = model.forward_hidden(
+        &ForwardInput::new(ids.clone())
+            .with_attention_mask(mask.clone())
+            .with_outputs_from(l - 1 - t),
         None,
     )?;
-    let scoring = hidden.narrow(1, l - 1 - t, t).ctx(func)?;
+    let scoring = scoring.narrow(1, 0, t).ctx(func)?;
     let targets = ids.narrow(1, l - t, t).ctx(func)?;
     let keep = mask.narrow(1, l - t, t).ctx(func)?;
     let settings = ScoreSettings {

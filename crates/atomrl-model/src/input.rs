@@ -33,11 +33,11 @@ pub struct ForwardInput {
     pub attention_mask: Option<Tensor>,
     /// Positions `[N, L]`.
     pub position_ids: Option<Tensor>,
-    /// Only the last position's state is wanted (a prompt pass before decoding): the last
-    /// decoder layer computes its queries, attention output and MLP there alone, and
-    /// [`CausalLm::forward_hidden`](crate::CausalLm::forward_hidden) returns `[N, 1, H]`.
-    /// Every position's keys and values still go into the cache.
-    pub last_position_only: bool,
+    /// The first of the new positions whose state is wanted (0: all of them). The last decoder
+    /// layer computes its queries, attention output and MLP at positions `outputs_from..L`
+    /// alone, and [`CausalLm::forward_hidden`](crate::CausalLm::forward_hidden) returns
+    /// `[N, L - outputs_from, H]`. Every position's keys and values still go into the cache.
+    pub outputs_from: usize,
 }
 
 impl ForwardInput {
@@ -54,7 +54,7 @@ impl ForwardInput {
             input_ids,
             attention_mask: None,
             position_ids: None,
-            last_position_only: false,
+            outputs_from: 0,
         }
     }
 
@@ -88,10 +88,31 @@ impl ForwardInput {
         self
     }
 
-    /// Asks for the last position's state alone ([`ForwardInput::last_position_only`]): the
-    /// same numbers as the last column of the full pass, up to float rounding, for less work
-    /// in the last decoder layer (a prompt pass's queries, attention output and MLP at every
-    /// other position feed nothing).
+    /// Asks for the states of positions `from..L` alone ([`ForwardInput::outputs_from`]): the
+    /// same numbers as those columns of the full pass, up to float rounding, for less work in
+    /// the last decoder layer (scoring a completion reads the states from the prompt's last
+    /// token on; what the last layer computes at earlier positions feeds nothing).
+    ///
+    /// ```
+    /// use atomrl_model::{Architecture, CausalLm, ForwardInput, ModelConfig};
+    /// use candle_core::{DType, Device, Tensor};
+    /// let config = ModelConfig::new(Architecture::Qwen2, 16, 8, 8, 2, 2, 1)?;
+    /// let m = CausalLm::from_config_random(config, 1, DType::F32, &Device::Cpu)?;
+    /// let ids = Tensor::new(&[[1u32, 2, 3, 4]], &Device::Cpu)?;
+    /// let full = m.forward_hidden(&ForwardInput::new(ids.clone()), None)?;
+    /// let tail = m.forward_hidden(&ForwardInput::new(ids).with_outputs_from(1), None)?;
+    /// assert_eq!(tail.dims(), &[1, 3, 8]);
+    /// let diff = (tail - full.narrow(1, 1, 3)?)?.abs()?.max_all()?.to_scalar::<f32>()?;
+    /// assert!(diff < 1e-5);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_outputs_from(mut self, from: usize) -> Self {
+        self.outputs_from = from;
+        self
+    }
+
+    /// Asks for the last position's state alone (a prompt pass before decoding): see
+    /// [`ForwardInput::with_outputs_from`].
     ///
     /// ```
     /// use atomrl_model::{Architecture, CausalLm, ForwardInput, ModelConfig};
@@ -106,9 +127,9 @@ impl ForwardInput {
     /// assert!(diff < 1e-5);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn with_last_position_only(mut self) -> Self {
-        self.last_position_only = true;
-        self
+    pub fn with_last_position_only(self) -> Self {
+        let l = self.input_ids.dims().last().copied().unwrap_or(1);
+        self.with_outputs_from(l.saturating_sub(1))
     }
 }
 

@@ -815,8 +815,8 @@ impl CausalLm {
         self.logits(&hidden)
     }
 
-    /// Final-normed hidden states `[N, L, H]` (the LM head's input; `[N, 1, H]` with
-    /// [`ForwardInput::with_last_position_only`]); see [`CausalLm::forward`].
+    /// Final-normed hidden states `[N, L, H]` (the LM head's input; `[N, L - from, H]` with
+    /// [`ForwardInput::with_outputs_from`]); see [`CausalLm::forward`].
     ///
     /// # Errors
     /// As [`CausalLm::forward`].
@@ -853,6 +853,14 @@ impl CausalLm {
             ));
         }
         let (n, l) = ids.dims2().ctx(func)?;
+        if input.outputs_from >= l {
+            return Err(Error::value(
+                func,
+                "outputs_from",
+                format!("a position below L = {l}"),
+                input.outputs_from,
+            ));
+        }
         let ids = ids.to_dtype(DType::U32).ctx(func)?;
         {
             // Checked where the caller put them, before the upload: ids built on the host
@@ -947,7 +955,7 @@ impl CausalLm {
             &bias,
             cache,
             self.train,
-            input.last_position_only,
+            input.outputs_from,
         )
         .ctx(func)
     }
@@ -1175,17 +1183,44 @@ mod tests {
             .collect()
     }
 
-    /// A pass that wants the last position alone gives the full pass's last column, fills the
-    /// cache with the same keys and values bit for bit (so decoding after it is unchanged),
-    /// and gives the same gradients: with q/k norms (Qwen3) and q/k/v biases (Qwen2), the
-    /// tensor-op and fused forms, a left-padded batch, and gradient checkpointing.
+    /// A pass that wants the last position alone (or positions `2..`) gives the full pass's
+    /// columns, fills the cache with the same keys and values bit for bit (so decoding after
+    /// it is unchanged), and gives the same gradients: with q/k norms (Qwen3) and q/k/v
+    /// biases (Qwen2), the tensor-op and fused forms, a left-padded batch, and gradient
+    /// checkpointing. A first output position past the input is an error naming it.
     #[test]
     fn a_last_position_pass_equals_the_full_pass() {
         let d = Device::Cpu;
         let ids = Tensor::new(&[[0u32, 5, 9, 13, 2], [7, 8, 63, 1, 4]], &d).unwrap();
         let mask = Tensor::new(&[[0u32, 1, 1, 1, 1], [1, 1, 1, 1, 1]], &d).unwrap();
         let full_in = ForwardInput::new(ids).with_attention_mask(mask);
-        let last_in = full_in.clone().with_last_position_only();
+        for (from, last_in) in [
+            (4, full_in.clone().with_last_position_only()),
+            (2, full_in.clone().with_outputs_from(2)),
+        ] {
+            outputs_from_equals_the_full_pass(&full_in, &last_in, from);
+        }
+        let m = CausalLm::from_config_random(
+            ModelConfig::new(Architecture::Qwen2, 64, 32, 48, 1, 4, 2).unwrap(),
+            3,
+            DType::F32,
+            &d,
+        )
+        .unwrap();
+        let e = m
+            .forward_hidden(&full_in.clone().with_outputs_from(5), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("outputs_from") && e.contains("L = 5"), "{e}");
+    }
+
+    fn outputs_from_equals_the_full_pass(
+        full_in: &ForwardInput,
+        last_in: &ForwardInput,
+        from: usize,
+    ) {
+        let d = Device::Cpu;
+        let len = 5 - from;
         for arch in [Architecture::Qwen3, Architecture::Qwen2] {
             let mut c = ModelConfig::new(arch, 64, 32, 48, 3, 4, 2).unwrap();
             c.initializer_range = 0.2;
@@ -1193,10 +1228,10 @@ mod tests {
             let m = CausalLm::from_config_random(c, 3, DType::F32, &d).unwrap();
             for view in [m.detached(), m.detached().with_fused_kernels()] {
                 let (mut ca, mut cb) = (view.new_kv_cache(), view.new_kv_cache());
-                let full = view.forward_hidden(&full_in, Some(&mut ca)).unwrap();
-                let last = view.forward_hidden(&last_in, Some(&mut cb)).unwrap();
-                assert_eq!(last.dims(), &[2, 1, 32]);
-                let diff = max_diff(&last, &full.narrow(1, 4, 1).unwrap());
+                let full = view.forward_hidden(full_in, Some(&mut ca)).unwrap();
+                let last = view.forward_hidden(last_in, Some(&mut cb)).unwrap();
+                assert_eq!(last.dims(), &[2, len, 32]);
+                let diff = max_diff(&last, &full.narrow(1, from, len).unwrap());
                 assert!(diff < 1e-5, "{arch:?}: {diff}");
                 for (a, b) in ca.layers.iter().zip(&cb.layers) {
                     let ((ka, va), (kb, vb)) = (a.as_ref().unwrap(), b.as_ref().unwrap());
@@ -1206,11 +1241,13 @@ mod tests {
             for checkpointing in [false, true] {
                 let mut m = m.clone();
                 m.set_gradient_checkpointing(checkpointing);
-                let full = m.forward_hidden(&full_in, None).unwrap();
-                let last = m.forward_hidden(&last_in, None).unwrap();
-                let weights = Tensor::arange(0f32, 64.0, &d).unwrap().reshape((2, 1, 32));
+                let full = m.forward_hidden(full_in, None).unwrap();
+                let last = m.forward_hidden(last_in, None).unwrap();
+                let weights = Tensor::arange(0f32, (64 * len) as f32, &d)
+                    .unwrap()
+                    .reshape((2, len, 32));
                 let loss = |h: &Tensor| (h * weights.as_ref().unwrap()).unwrap().sum_all();
-                let ga = loss(&full.narrow(1, 4, 1).unwrap())
+                let ga = loss(&full.narrow(1, from, len).unwrap())
                     .unwrap()
                     .backward()
                     .unwrap();

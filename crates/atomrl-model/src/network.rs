@@ -592,9 +592,9 @@ impl Network {
         self.lm_head.map(&mut |t| t.to_dtype(dtype))
     }
 
-    /// Final-normed hidden states `[N, L, H]`, or `[N, 1, H]` at the last position alone when
-    /// `last_only` (the last decoder layer then computes nothing else; every position's keys
-    /// and values still reach `cache`).
+    /// Final-normed hidden states `[N, L - from, H]` at positions `from..L` (the last decoder
+    /// layer computes nothing at the others; every position's keys and values still reach
+    /// `cache`).
     pub fn hidden(
         &self,
         ids: &Tensor,
@@ -602,7 +602,7 @@ impl Network {
         bias: &AttentionBias,
         mut cache: Option<&mut KvCache>,
         train: bool,
-        last_only: bool,
+        from: usize,
     ) -> Result<Tensor> {
         let (n, l) = ids.dims2()?;
         let mut x =
@@ -620,16 +620,16 @@ impl Network {
         let last_layer = self.layers.len().checked_sub(1);
         for (i, layer) in self.layers.iter().enumerate() {
             let slot = cache.as_deref_mut().map(|c| (c, i));
-            x = if last_only && Some(i) == last_layer {
-                layer.forward(&x, rope, bias, slot, train, l - 1)?
+            x = if from > 0 && Some(i) == last_layer {
+                layer.forward(&x, rope, bias, slot, train, from)?
             } else if self.checkpoint && slot.is_none() {
                 crate::checkpoint::forward(layer, &x, rope, bias, train)?
             } else {
                 layer.forward(&x, rope, bias, slot, train, 0)?
             };
         }
-        if last_only && last_layer.is_none() {
-            x = x.narrow(1, l - 1, 1)?;
+        if from > 0 && last_layer.is_none() {
+            x = x.narrow(1, from, l - from)?;
         }
         rms_norm(&x, &self.norm, self.eps, self.fused)
     }
