@@ -136,13 +136,14 @@ pub fn get_action_log_probs_chunked(
     let t = logits_to_keep;
     // The states from the position before the first scored token on; the last layer
     // computes nothing before it.
-    let scoring = model.forward_hidden(
+    let states = model.forward_hidden(
         &ForwardInput::new(ids.clone())
             .with_attention_mask(mask.clone())
             .with_outputs_from(l - 1 - t),
         None,
     )?;
-    let scoring = scoring.narrow(1, 0, t).ctx(func)?;
+    // The last position predicts no scored token.
+    let scoring = states.narrow(1, 0, t).ctx(func)?;
     let targets = ids.narrow(1, l - t, t).ctx(func)?;
     let keep = mask.narrow(1, l - t, t).ctx(func)?;
     let settings = ScoreSettings {

@@ -620,6 +620,8 @@ impl Network {
         let last_layer = self.layers.len().checked_sub(1);
         for (i, layer) in self.layers.iter().enumerate() {
             let slot = cache.as_deref_mut().map(|c| (c, i));
+            // A last layer trimmed to a few positions keeps little for its backward; it is
+            // not checkpointed.
             x = if from > 0 && Some(i) == last_layer {
                 layer.forward(&x, rope, bias, slot, train, from)?
             } else if self.checkpoint && slot.is_none() {
