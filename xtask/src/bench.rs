@@ -84,6 +84,11 @@ pub struct BenchArgs {
     /// Recompute decoder layers in backward (gradient checkpointing).
     #[arg(long)]
     pub gradient_checkpointing: bool,
+    /// Attention-score elements one attention may hold at once before it runs in chunks of
+    /// queries (`CausalLm::set_attention_scores_budget`; default: the device's,
+    /// `atomrl_model::default_scores_budget`: 2^24 on the CPU, 2^26 on a GPU)
+    #[arg(long)]
+    pub attention_scores_budget: Option<usize>,
     /// Memory bandwidth in GB/s for the decode bound (default: 3350, an H100 SXM's HBM3, on
     /// CUDA; 20 on the CPU).
     #[arg(long)]
@@ -268,10 +273,13 @@ fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
-fn model(c: &ModelConfig, dtype: DType, ckpt: bool, device: &Device) -> Result<CausalLm> {
+fn model(c: &ModelConfig, dtype: DType, a: &BenchArgs, device: &Device) -> Result<CausalLm> {
     let mut m = CausalLm::from_config_random(c.clone(), 0, DType::F32, device)?;
     m.set_compute_dtype(dtype)?;
-    m.set_gradient_checkpointing(ckpt);
+    m.set_gradient_checkpointing(a.gradient_checkpointing);
+    if let Some(budget) = a.attention_scores_budget {
+        m.set_attention_scores_budget(budget);
+    }
     Ok(m)
 }
 
@@ -517,7 +525,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     let mut results = Vec::new();
     for name in &a.dtypes {
         let dtype = name.dtype();
-        let m = model(&config, dtype, a.gradient_checkpointing, &device)
+        let m = model(&config, dtype, a, &device)
             .with_context(|| format!("building the {name} model"))?;
         let mut decode_rows = Vec::new();
         if !a.skip_decode {
@@ -616,6 +624,9 @@ pub fn run(a: &BenchArgs) -> Result<()> {
             "new_tokens": a.new_tokens,
             "bandwidth_gbs": bandwidth / 1e9,
             "gradient_checkpointing": a.gradient_checkpointing,
+            "attention_scores_budget": a
+                .attention_scores_budget
+                .unwrap_or_else(|| atomrl_model::default_scores_budget(&device)),
             "cpu": cpu_model(),
             "cpu_matmuls": atomrl_core::cblas::describe(),
             "profiled": a.profile,

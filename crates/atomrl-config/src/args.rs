@@ -304,6 +304,14 @@ pub struct GRPOArgs {
     /// supported together with LoRA dropout.
     #[serde(default)]
     pub gradient_checkpointing: bool,
+    /// Attention-score elements (`rows × heads × queries × keys`) one attention may hold at
+    /// once; past it, attention runs in chunks of queries and its backward recomputes each
+    /// chunk's probabilities (FlashAttention's plan in tensor ops: memory of one chunk's
+    /// scores instead of `[N, H, L, L]`; `atomrl_model::CausalLm::set_attention_scores_budget`).
+    /// Unset: the device's default (`atomrl_model::default_scores_budget`: 2^24 on the CPU,
+    /// 64 MiB of f32 scores; 2^26 on a GPU).
+    #[serde(default)]
+    pub attention_scores_budget: Option<usize>,
     /// Compute threads of each tensor op (0 = chosen from the model size and the cores: see
     /// [`crate::runtime::cpu_plan`]).
     pub threads: usize,
@@ -455,6 +463,7 @@ mod tests {
             dtype: ComputeDtype::F32,
             device: DeviceSpec::Cpu,
             gradient_checkpointing: false,
+            attention_scores_budget: None,
             threads: 0,
             workers: 0,
             tools: Vec::new(),

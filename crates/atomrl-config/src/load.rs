@@ -320,6 +320,19 @@ mod tests {
         o.push("lr=-1".into());
         let e = load_args(None, None, &o).unwrap_err().to_string();
         assert!(e.contains("`lr`"), "{e}");
+        let mut o = base();
+        o.push("attention_scores_budget=0".into());
+        let e = load_args(None, None, &o).unwrap_err().to_string();
+        assert!(
+            e.contains("`attention_scores_budget`") && e.contains(">= 1"),
+            "{e}"
+        );
+        let mut o = base();
+        o.push("attention_scores_budget=4096".into());
+        assert_eq!(
+            load_args(None, None, &o).unwrap().attention_scores_budget,
+            Some(4096)
+        );
     }
 
     #[test]

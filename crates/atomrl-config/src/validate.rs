@@ -99,6 +99,9 @@ fn check_counts(a: &GRPOArgs) -> Result<()> {
     at_least("max_prompt_length", a.max_prompt_length, 1)?;
     at_least("max_completion_length", a.max_completion_length, 1)?;
     at_least("num_iterations", a.num_iterations, 1)?;
+    if let Some(budget) = a.attention_scores_budget {
+        at_least("attention_scores_budget", budget, 1)?;
+    }
     at_least("max_num_gen_batches", a.max_num_gen_batches, 1)?;
     if a.max_steps == 0 {
         at_least("epochs", a.epochs, 1)?;

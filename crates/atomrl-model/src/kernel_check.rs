@@ -56,13 +56,14 @@ fn pick(fused: bool, t: &Tensor) -> bool {
 }
 
 /// The kernel names [`run`] takes.
-pub const KERNELS: [&str; 6] = [
+pub const KERNELS: [&str; 7] = [
     "rms-norm",
     "swiglu",
     "rope",
     "attention-softmax",
     "add-rms-norm",
     "swiglu-packed",
+    "chunked-attention",
 ];
 
 /// Runs kernel `name` (one of [`KERNELS`]) on `device` in `dtype`, fused when `fused` (and
@@ -70,7 +71,10 @@ pub const KERNELS: [&str; 6] = [
 ///
 /// Shapes: RMSNorm `x [3, 5, 96]`, `w [96]`; SwiGLU `[3, 5, 80]`; RoPE `x [2, 3, 6, 16]` with
 /// tables `[2, 1, 6, 16]`; attention softmax scores `[2, 3, 4, 7]` after 3 cached positions,
-/// causal, with the second row's first two keys padded. The decode step's forward-only
+/// causal, with the second row's first two keys padded. Attention in chunks of queries
+/// (`crate::attention`, against the unchunked tensor-op form): `q [2, 4, 6, 8]` after 2 cached
+/// positions over `k, v [2, 2, 8, 8]`, the second row's first three keys padded (so its first
+/// query sees only padding), two queries a chunk. The decode step's forward-only
 /// kernels give no gradients: the residual add with RMSNorm `x`, `r [15, 96]` (outputs `sum`
 /// and `out`), SwiGLU of a merged gate/up `[15, 160]`.
 ///
@@ -126,6 +130,7 @@ pub fn run(name: &str, device: &Device, dtype: DType, fused: bool) -> Result<Ker
             outputs(out, &[("x", &x)])
         }
         "attention-softmax" => attention(device, dtype, fused),
+        "chunked-attention" => chunked_attention(device, dtype, fused),
         "add-rms-norm" => {
             let x = input(&[15, 96], 8, dtype, device)?.as_tensor().detach();
             let r = input(&[15, 96], 9, dtype, device)?.as_tensor().detach();
@@ -204,46 +209,86 @@ fn relative_difference(a: &Tensor, b: &Tensor) -> Result<f32> {
     })
 }
 
+/// The mask of `l` causal queries after `past` cached positions over `s` keys, with the keys
+/// `pad` padded: as [`KeyMask`] for the fused kernels, and as the bias tensors
+/// `([1, 1, L, S], [N, 1, 1, S])` the tensor-op form adds to the scores.
+fn masks(
+    l: usize,
+    past: usize,
+    pad: Vec<bool>,
+    dtype: DType,
+    device: &Device,
+) -> Result<(KeyMask, Tensor, Tensor)> {
+    let s = past + l;
+    let n = pad.len() / s;
+    let neg = crate::MASK_VALUE as f32;
+    let pad_bias: Vec<f32> = pad.iter().map(|&p| if p { neg } else { 0.0 }).collect();
+    let pad_bias = Tensor::from_vec(pad_bias, (n, 1, 1, s), &Device::Cpu)?
+        .to_dtype(dtype)?
+        .to_device(device)?;
+    let mut causal = vec![0f32; l * s];
+    for i in 0..l {
+        for j in (past + i + 1)..s {
+            causal[i * s + j] = neg;
+        }
+    }
+    let causal = Tensor::from_vec(causal, (1, 1, l, s), &Device::Cpu)?
+        .to_dtype(dtype)?
+        .to_device(device)?;
+    let mask = KeyMask {
+        causal: true,
+        past,
+        pad: Some(Arc::new(pad)),
+        mask_value: crate::MASK_VALUE,
+        pad_bias: Some(pad_bias.clone()),
+    };
+    Ok((mask, causal, pad_bias))
+}
+
+/// The tensor-op form of the training forward's probabilities: scale, add the bias tensors,
+/// softmax.
+fn probs_ops(scores: &Tensor, scale: f64, causal: &Tensor, pad: &Tensor) -> Result<Tensor> {
+    let x = (scores * scale)?
+        .broadcast_add(causal)?
+        .broadcast_add(pad)?;
+    ops::softmax_last(&x, false)
+}
+
 /// The attention-softmax case of [`run`].
 fn attention(device: &Device, dtype: DType, fused: bool) -> Result<KernelOutputs> {
     let (n, s, past, l) = (2, 7, 3, 4);
     let scores = input(&[n, 3, l, s], 8, dtype, device)?;
     let pad: Vec<bool> = (0..n * s).map(|i| i / s == 1 && i % s < 2).collect();
-    let pad_bias: Vec<f32> = pad
-        .iter()
-        .map(|&p| if p { crate::MASK_VALUE as f32 } else { 0.0 })
-        .collect();
-    let pad_bias = Tensor::from_vec(pad_bias, (n, 1, 1, s), &Device::Cpu)?
-        .to_dtype(dtype)?
-        .to_device(device)?;
+    let (mask, causal, pad) = masks(l, past, pad, dtype, device)?;
     let scale = 0.35;
     let out = if pick(fused, scores.as_tensor()) {
-        let mask = KeyMask {
-            causal: true,
-            past,
-            pad: Some(Arc::new(pad)),
-            mask_value: crate::MASK_VALUE,
-            pad_bias: Some(pad_bias),
-        };
         kernels::attention_softmax(scores.as_tensor(), scale, &mask)?
     } else {
-        // The tensor-op form of the training forward: scale, add the bias tensors, softmax.
-        let mut causal = vec![0f32; l * s];
-        for i in 0..l {
-            for j in (past + i + 1)..s {
-                causal[i * s + j] = crate::MASK_VALUE as f32;
-            }
-        }
-        let causal = Tensor::from_vec(causal, (1, 1, l, s), &Device::Cpu)?
-            .to_dtype(dtype)?
-            .to_device(device)?;
-        let x = (scores.as_tensor() * scale)?
-            .broadcast_add(&causal)?
-            .broadcast_add(&pad_bias)?;
-        ops::softmax_last(&x, false)?
+        probs_ops(scores.as_tensor(), scale, &causal, &pad)?
     };
     debug_assert_eq!(out.dim(D::Minus1)?, s);
     outputs(out, &[("scores", &scores)])
+}
+
+/// The chunked-attention case of [`run`].
+fn chunked_attention(device: &Device, dtype: DType, fused: bool) -> Result<KernelOutputs> {
+    let (n, h, kv, l, past, d) = (2, 4, 2, 6, 2, 8);
+    let s = past + l;
+    let q = input(&[n, h, l, d], 12, dtype, device)?;
+    let k = input(&[n, kv, s, d], 13, dtype, device)?;
+    let v = input(&[n, kv, s, d], 14, dtype, device)?;
+    let pad: Vec<bool> = (0..n * s).map(|i| i / s == 1 && i % s < 3).collect();
+    let (mask, causal, pad) = masks(l, past, pad, dtype, device)?;
+    let scale = 0.3;
+    let (qt, kt, vt) = (q.as_tensor(), k.as_tensor(), v.as_tensor());
+    let out = if pick(fused, qt) {
+        crate::attention::attend(qt, kt, vt, scale, &mask, n * h * s * 2)?
+    } else {
+        let (k, v) = (ops::repeat_kv(kt, h / kv)?, ops::repeat_kv(vt, h / kv)?);
+        let scores = qt.matmul(&k.t()?)?;
+        probs_ops(&scores, scale, &causal, &pad)?.matmul(&v)?
+    };
+    outputs(out, &[("q", &q), ("k", &k), ("v", &v)])
 }
 
 #[cfg(test)]

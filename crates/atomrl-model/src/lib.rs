@@ -32,6 +32,7 @@
 
 #![deny(missing_docs)]
 
+mod attention;
 mod cache;
 mod checkpoint;
 mod config;
@@ -52,6 +53,7 @@ mod value;
 mod weights;
 
 pub use atomrl_core::{Error, Result};
+pub use attention::{default_scores_budget, DEFAULT_SCORES_BUDGET, GPU_SCORES_BUDGET};
 pub use cache::KvCache;
 pub use config::{Architecture, ModelConfig};
 pub use hub::{hub_cache_dir, resolve_hub_snapshot};

@@ -70,6 +70,7 @@ pub struct CausalLm {
     pub(crate) dtype: DType,
     compute_dtype: DType,
     checkpoint: bool,
+    scores_budget: usize,
     head_cache: HeadCache,
     pub(crate) device: Device,
     pub(crate) weights: VarMap,
@@ -317,13 +318,16 @@ impl CausalLm {
         dtype: DType,
         device: &Device,
     ) -> Result<Self> {
-        let net = build_network(&config, &weights, lora.as_ref(), Mode::Train, dtype, false)?;
+        let mut net = build_network(&config, &weights, lora.as_ref(), Mode::Train, dtype, false)?;
+        let scores_budget = crate::attention::default_scores_budget(device);
+        net.set_attention_scores_budget(scores_budget);
         Ok(Self {
             net,
             config,
             dtype,
             compute_dtype: dtype,
             checkpoint: false,
+            scores_budget,
             head_cache: HeadCache::default(),
             device: device.clone(),
             weights,
@@ -344,6 +348,7 @@ impl CausalLm {
             self.compute_dtype,
             self.checkpoint,
         )?;
+        self.net.set_attention_scores_budget(self.scores_budget);
         self.head_cache.set(None);
         Ok(())
     }
@@ -427,6 +432,38 @@ impl CausalLm {
     /// Whether gradient checkpointing is on.
     pub fn gradient_checkpointing(&self) -> bool {
         self.checkpoint
+    }
+
+    /// The most attention-score elements (`N × heads × queries × keys`) one attention may
+    /// hold at once; past it, attention runs in chunks of queries whose scores fit, and its
+    /// backward recomputes each chunk's probabilities instead of keeping `[N, H, L, S]` of
+    /// them (FlashAttention's plan in tensor ops; values and gradients equal the unchunked
+    /// form's up to rounding). Default [`default_scores_budget`](crate::default_scores_budget)
+    /// of the model's device: 2²⁴ on the CPU (64 MiB of f32 scores), 2²⁶ on a GPU. It applies
+    /// where the fused kernels run (the CPU, and CUDA unless `ATOMRL_CUDA_FUSED=0`).
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ForwardInput, ModelConfig};
+    /// # use candle_core::{DType, Device, Tensor};
+    /// # let c = ModelConfig::new(Architecture::Qwen2, 8, 4, 4, 1, 1, 1)?;
+    /// let mut m = CausalLm::from_config_random(c, 0, DType::F32, &Device::Cpu)?;
+    /// let ids = Tensor::new(&[[1u32, 2, 3, 4, 5]], &Device::Cpu)?;
+    /// let whole = m.forward(&ForwardInput::new(ids.clone()), None)?;
+    /// m.set_attention_scores_budget(10); // two queries' scores at a time
+    /// assert_eq!(m.attention_scores_budget(), 10);
+    /// let chunked = m.forward(&ForwardInput::new(ids), None)?;
+    /// let diff = (whole - chunked)?.abs()?.max_all()?.to_scalar::<f32>()?;
+    /// assert!(diff < 1e-5);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_attention_scores_budget(&mut self, elements: usize) {
+        self.scores_budget = elements.max(1);
+        self.net.set_attention_scores_budget(self.scores_budget);
+    }
+
+    /// The attention-score budget of [`CausalLm::set_attention_scores_budget`].
+    pub fn attention_scores_budget(&self) -> usize {
+        self.scores_budget
     }
 
     /// Whether training forwards cast the weights to the compute dtype.
@@ -655,6 +692,7 @@ impl CausalLm {
             .ctx("CausalLm::frozen_copy")?;
         let mut copy = Self::from_tensors(self.config.clone(), tensors, self.dtype, &self.device)?;
         copy.set_compute_dtype(self.compute_dtype())?;
+        copy.set_attention_scores_budget(self.scores_budget);
         Ok(copy)
     }
 
@@ -1262,6 +1300,66 @@ mod tests {
                             assert!(diff < 1e-5, "{arch:?} {checkpointing}: {diff} of {scale}");
                         }
                         (a, b) => assert_eq!(a.is_some(), b.is_some()),
+                    }
+                }
+            }
+        }
+    }
+    #[test]
+    fn attention_in_chunks_of_queries_equals_the_whole() {
+        // Scores of 2 rows × 4 heads × 7 keys; budgets of 1 and 3 query rows a chunk, the
+        // second not dividing the 5 queries. Left padding, a cached prompt before a
+        // continuation, Qwen3 (q/k norms) and Qwen2 (q/k/v biases), checkpointing on and off.
+        let d = Device::Cpu;
+        let prompt = ForwardInput::new(Tensor::new(&[[0u32, 5], [7, 8]], &d).unwrap())
+            .with_attention_mask(Tensor::new(&[[0u32, 1], [1, 1]], &d).unwrap());
+        let ids = Tensor::new(&[[9u32, 13, 2, 3, 4], [63, 1, 4, 5, 6]], &d).unwrap();
+        let mask = Tensor::new(&[[0u32, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1]], &d).unwrap();
+        let input = ForwardInput::new(ids).with_attention_mask(mask);
+        let whole_input = {
+            let ids = Tensor::cat(&[&prompt.input_ids, &input.input_ids], 1).unwrap();
+            ForwardInput::new(ids).with_attention_mask(input.attention_mask.clone().unwrap())
+        };
+        for arch in [Architecture::Qwen3, Architecture::Qwen2] {
+            let mut c = ModelConfig::new(arch, 64, 32, 48, 2, 4, 2).unwrap();
+            c.initializer_range = 0.2;
+            c.qkv_bias = arch == Architecture::Qwen2;
+            let m = CausalLm::from_config_random(c, 3, DType::F32, &d).unwrap();
+            for rows in [1, 3] {
+                let mut chunked = m.clone();
+                chunked.set_attention_scores_budget(2 * 4 * 7 * rows);
+                // A continuation after a cached prompt (the shared-prompt scoring pass).
+                let (mut ca, mut cb) = (m.new_kv_cache(), chunked.new_kv_cache());
+                m.forward_hidden(&prompt, Some(&mut ca)).unwrap();
+                chunked.forward_hidden(&prompt, Some(&mut cb)).unwrap();
+                let a = m.forward_hidden(&input, Some(&mut ca)).unwrap();
+                let b = chunked.forward_hidden(&input, Some(&mut cb)).unwrap();
+                let diff = max_diff(&a, &b);
+                assert!(diff < 1e-5, "{arch:?} {rows}: {diff}");
+                for checkpointing in [false, true] {
+                    let (mut m, mut chunked) = (m.clone(), chunked.clone());
+                    m.set_gradient_checkpointing(checkpointing);
+                    chunked.set_gradient_checkpointing(checkpointing);
+                    let weights = Tensor::arange(0f32, (2 * 7 * 32) as f32, &d)
+                        .unwrap()
+                        .reshape((2, 7, 32))
+                        .unwrap();
+                    let loss = |m: &CausalLm| {
+                        let h = m.forward_hidden(&whole_input, None).unwrap();
+                        (h * &weights)
+                            .unwrap()
+                            .sum_all()
+                            .unwrap()
+                            .backward()
+                            .unwrap()
+                    };
+                    let (ga, gb) = (loss(&m), loss(&chunked));
+                    for v in m.trainable_vars() {
+                        let (a, b) = (ga.get(v.as_tensor()), gb.get(v.as_tensor()));
+                        let (a, b) = (a.unwrap(), b.unwrap());
+                        let scale: f32 = a.abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+                        let diff = max_diff(a, b) / scale.max(1.0);
+                        assert!(diff < 1e-5, "{arch:?} {rows} {checkpointing}: {diff}");
                     }
                 }
             }

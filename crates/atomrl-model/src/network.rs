@@ -3,6 +3,7 @@
 use atomrl_core::profile;
 use candle_core::{DType, Result, Tensor};
 
+use crate::attention::{attend, grouped_attention};
 use crate::cache::KvCache;
 use crate::config::{Architecture, ModelConfig};
 use crate::input::AttentionBias;
@@ -93,6 +94,9 @@ struct Attention {
     /// Generation views: candle's forward-only RMSNorm/softmax/RoPE kernels and grouped-query
     /// attention (see [`Network::set_fused_kernels`]).
     fused: bool,
+    /// Score elements an attention may hold at once before it runs in chunks of queries
+    /// ([`crate::attention`]).
+    scores_budget: usize,
 }
 
 impl Attention {
@@ -171,9 +175,7 @@ impl Attention {
                 softmax_last(&bias.apply(&(s * scale)?)?, true)
             })?
         } else if crate::kernels::fused_on(&q) {
-            grouped_attention(&q, &k, &v, |s| {
-                crate::kernels::attention_softmax(s, scale, &bias.keys)
-            })?
+            attend(&q, &k, &v, scale, &bias.keys, self.scores_budget)?
         } else {
             let k = repeat_kv(&k, nh / nkv)?;
             let v = repeat_kv(&v, nh / nkv)?;
@@ -281,29 +283,6 @@ impl Attention {
             _ => Ok(None),
         }
     }
-}
-
-/// Attention of `q [N, H, L, d]` over `k, v [N, KV, S, d]` without repeating the key/value
-/// heads: the `H / KV` query heads of a group are stacked into the rows of one matmul against
-/// their shared keys (`[N, KV, (H/KV)·L, d]`, a view of `q`), so no `[N, H, S, d]` copies of
-/// the keys and values are made (nor, in training, summed back in backward). `probs` turns the
-/// raw scores `q·kᵀ`, viewed per head as `[N, H, L, S]`, into attention probabilities (scale,
-/// mask and softmax: candle's forward-only kernels in generation views on a GPU, the fused
-/// CPU kernel otherwise) → `[N, H, L, d]`.
-fn grouped_attention(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    probs: impl Fn(&Tensor) -> Result<Tensor>,
-) -> Result<Tensor> {
-    let (n, h, l, d) = q.dims4()?;
-    let (kv, s) = (k.dim(1)?, k.dim(2)?);
-    let rows = (h / kv) * l;
-    let scores = q.reshape((n, kv, rows, d))?.matmul(&k.t()?)?;
-    let p = probs(&scores.reshape((n, h, l, s))?)?;
-    p.reshape((n, kv, rows, s))?
-        .matmul(v)?
-        .reshape((n, h, l, d))
 }
 
 #[derive(Debug, Clone)]
@@ -514,6 +493,7 @@ impl Network {
                 head_dim: c.head_dim,
                 eps: c.rms_norm_eps,
                 fused: false,
+                scores_budget: crate::attention::DEFAULT_SCORES_BUDGET,
             };
             let mlp = Mlp {
                 gate: linear(src, &format!("{p}.mlp.gate_proj"), false)?,
@@ -696,6 +676,14 @@ impl Network {
         for layer in &mut self.layers {
             layer.fused = fused;
             layer.attn.fused = fused;
+        }
+    }
+
+    /// Score elements `[N, H, L, S]` an attention may hold at once; past it, it runs in chunks
+    /// of queries ([`crate::attention`]).
+    pub fn set_attention_scores_budget(&mut self, elements: usize) {
+        for layer in &mut self.layers {
+            layer.attn.scores_budget = elements.max(1);
         }
     }
 

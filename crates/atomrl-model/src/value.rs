@@ -198,6 +198,7 @@ impl ValueModel {
         let mut backbone =
             CausalLm::from_tensors(config, tensors, policy.dtype(), policy.device())?;
         backbone.set_compute_dtype(policy.compute_dtype())?;
+        backbone.set_attention_scores_budget(policy.attention_scores_budget());
         Self::with_zero_head(backbone, layout)
     }
 
@@ -632,6 +633,21 @@ impl ValueModel {
     /// Gradient checkpointing of the transformer, as [`CausalLm::set_gradient_checkpointing`].
     pub fn set_gradient_checkpointing(&mut self, on: bool) {
         self.backbone.set_gradient_checkpointing(on);
+    }
+
+    /// The transformer's attention-score budget, as
+    /// [`CausalLm::set_attention_scores_budget`].
+    ///
+    /// ```
+    /// # use atomrl_model::{Architecture, CausalLm, ModelConfig, ValueModel};
+    /// # let c = ModelConfig::new(Architecture::Qwen2, 16, 8, 8, 1, 2, 1)?;
+    /// # let policy = CausalLm::from_config_random(c, 0, candle_core::DType::F32, &candle_core::Device::Cpu)?;
+    /// let mut critic = ValueModel::from_policy(&policy)?;
+    /// critic.set_attention_scores_budget(1 << 20);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_attention_scores_budget(&mut self, elements: usize) {
+        self.backbone.set_attention_scores_budget(elements);
     }
 
     /// The device the critic is on.

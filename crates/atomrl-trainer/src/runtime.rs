@@ -197,6 +197,9 @@ pub fn load_policy(args: &GRPOArgs, device: &Device) -> Result<(CausalLm, ChatTo
     }
     model.set_compute_dtype(compute)?;
     model.set_gradient_checkpointing(args.gradient_checkpointing);
+    if let Some(budget) = args.attention_scores_budget {
+        model.set_attention_scores_budget(budget);
+    }
     let tokenizer = ChatTokenizer::from_hf_dir(&dir)?;
     Ok((model, tokenizer))
 }

@@ -126,6 +126,9 @@ impl Trainer {
             atomrl_core::allocator::arenas_for_workers(params, args.workers);
         }
         model.set_gradient_checkpointing(args.gradient_checkpointing);
+        if let Some(budget) = args.attention_scores_budget {
+            model.set_attention_scores_budget(budget);
+        }
         let accuracy = std::sync::Arc::new(build_accuracy(&args)?);
         let recipe = recipe_step(&args, &model, rewards, accuracy.clone())?;
         let state = TrainState::new(model, args.adamw())?;

@@ -322,3 +322,18 @@ fn accuracy_comes_from_the_configuration() {
     let err = bad.unwrap_err().to_string();
     assert!(err.contains("corectness"), "{err}");
 }
+
+#[test]
+fn the_attention_budget_reaches_the_policy() {
+    let dir = temp_dir("attention-budget");
+    let default = args(&dir, &[]);
+    let (model, _) = atomrl_trainer::runtime::load_policy(&default, &Device::Cpu).unwrap();
+    assert_eq!(
+        model.attention_scores_budget(),
+        atomrl_model::DEFAULT_SCORES_BUDGET
+    );
+    let set = args(&dir, &["attention_scores_budget=64"]);
+    assert_eq!(set.attention_scores_budget, Some(64));
+    let (model, _) = atomrl_trainer::runtime::load_policy(&set, &Device::Cpu).unwrap();
+    assert_eq!(model.attention_scores_budget(), 64);
+}

@@ -28,7 +28,7 @@ mod rms_norm;
 mod rope;
 mod swiglu;
 
-pub(crate) use attention_softmax::{attention_softmax, KeyMask};
+pub(crate) use attention_softmax::{attention_softmax, attention_softmax_backward, KeyMask};
 pub(crate) use decode::{add_rms_norm, swiglu_packed};
 pub use exp::exp_detached;
 pub(crate) use rms_norm::{rms_norm, rms_norm_rounding_once};

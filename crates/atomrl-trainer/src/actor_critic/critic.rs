@@ -87,6 +87,7 @@ impl Critic {
             }
             model.set_compute_dtype(policy.compute_dtype())?;
             model.set_gradient_checkpointing(policy.gradient_checkpointing());
+            model.set_attention_scores_budget(policy.attention_scores_budget());
             model
         };
         let params = model.trainable_vars();
