@@ -91,6 +91,20 @@ pub(crate) fn attend(
     mask: &KeyMask,
     budget: usize,
 ) -> Result<Tensor> {
+    attend_with(q, k, v, scale, mask, budget, q.device().is_cpu())
+}
+
+/// [`attend`], the keys and values transposed once for all chunks or not
+/// ([`transposed_for_chunks`]; the tests run both forms on the CPU).
+fn attend_with(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f64,
+    mask: &KeyMask,
+    budget: usize,
+    transpose_once: bool,
+) -> Result<Tensor> {
     let (n, h, l, _) = q.dims4()?;
     let s = k.dim(2)?;
     let chunk = query_chunk(n, h, s, budget);
@@ -102,6 +116,7 @@ pub(crate) fn attend(
         mask: mask.clone(),
         chunk,
         padded_until: padded_until(mask, s),
+        transpose_once,
         out: Mutex::new(None),
     };
     let out = op.forward(&q.detach(), &k.detach(), &v.detach())?;
@@ -141,6 +156,9 @@ struct ChunkedAttention {
     chunk: usize,
     /// [`padded_until`] of the mask.
     padded_until: usize,
+    /// Whether the keys and values are transposed once for all chunks
+    /// ([`transposed_for_chunks`]).
+    transpose_once: bool,
     /// The output, computed before the node is made and taken by its forward (so the node
     /// does not keep a second copy alive for backward).
     out: Mutex<Option<Tensor>>,
@@ -199,16 +217,24 @@ impl ChunkedAttention {
         })
     }
 
-    /// The probabilities `[N, H, len, keys]` of one chunk's queries, from the keys transposed
-    /// once for all chunks, `kt [N, KV, d, S]` (gemm writes the `[len, keys]` scores ~20%
-    /// faster from a row-major right operand than from `kᵀ` as a view).
-    fn probs(&self, q: &Tensor, kt: &Tensor, c: Chunk) -> Result<Tensor> {
+    /// [`transposed_for_chunks`] of `x` when the keys and values are transposed once.
+    fn transposed(&self, x: &Tensor) -> Result<Option<Tensor>> {
+        if self.transpose_once {
+            transposed_for_chunks(x).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// The probabilities `[N, H, len, keys]` of one chunk's queries over the keys `k` (and
+    /// their copy `kt` of [`transposed_for_chunks`]).
+    fn probs(&self, q: &Tensor, k: &Tensor, kt: Option<&Tensor>, c: Chunk) -> Result<Tensor> {
         let (n, h, _, d) = q.dims4()?;
-        let (kv, s) = (kt.dim(1)?, kt.dim(3)?);
+        let (kv, s) = (k.dim(1)?, k.dim(2)?);
         let qc = q.narrow(2, c.start, c.len)?.contiguous()?;
         let scores = qc
             .reshape((n, kv, (h / kv) * c.len, d))?
-            .matmul(&kt.narrow(3, 0, c.keys)?)?;
+            .matmul(&first_rows_t(k, kt, c.keys)?)?;
         attention_softmax(
             &scores.reshape((n, h, c.len, c.keys))?,
             self.scale,
@@ -220,12 +246,12 @@ impl ChunkedAttention {
     fn forward(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
         let (n, h, l, d) = q.dims4()?;
         let (kv, s) = (k.dim(1)?, k.dim(2)?);
-        let kt = k.t()?.contiguous()?;
+        let kt = self.transposed(k)?;
         let parts = self
             .chunks(l, s)
             .into_iter()
             .map(|c| {
-                let p = self.probs(q, &kt, c)?;
+                let p = self.probs(q, k, kt.as_ref(), c)?;
                 p.reshape((n, kv, (h / kv) * c.len, c.keys))?
                     .matmul(&v.narrow(2, 0, c.keys)?)?
                     .reshape((n, h, c.len, d))
@@ -254,6 +280,24 @@ impl ChunkedAttention {
             _ => candle_core::bail!("atomrl-chunked-attention: unsupported device"),
         };
         Ok((owned, layout.clone()))
+    }
+}
+
+/// `x [N, KV, S, d]` transposed once for all chunks, `[N, KV, d, S]`, as the CPU takes it:
+/// gemm writes a chunk's `[rows, keys]` scores ~20% faster from this row-major right operand
+/// than from `xᵀ` as a view. Not on CUDA: candle's cuBLAS call needs a matrix's rows at a
+/// stride equal to their length, which this copy narrowed to a chunk's keys does not have,
+/// while it takes the transposed view as it is.
+fn transposed_for_chunks(x: &Tensor) -> Result<Tensor> {
+    x.t()?.contiguous()
+}
+
+/// The first `keys` rows of `x [N, KV, S, d]`, transposed: `[N, KV, d, keys]`, from `xt`
+/// ([`transposed_for_chunks`]) where there is one.
+fn first_rows_t(x: &Tensor, xt: Option<&Tensor>, keys: usize) -> Result<Tensor> {
+    match xt {
+        Some(xt) => xt.narrow(3, 0, keys),
+        None => x.narrow(2, 0, keys)?.t(),
     }
 }
 
@@ -318,7 +362,8 @@ impl CustomOp3 for ChunkedAttention {
         let (q, k) = (q.detach(), k.detach());
         let (n, h, l, d) = q.dims4()?;
         let (kv, s) = (k.dim(1)?, k.dim(2)?);
-        let (kt, vt) = (k.t()?.contiguous()?, v.detach().t()?.contiguous()?);
+        let v = v.detach();
+        let (kt, vt) = (self.transposed(&k)?, self.transposed(&v)?);
         let mut dq = Vec::new();
         // The key and value gradients are summed transposed, `[N, KV, d, S]`: gemm makes
         // `Xᵀ·Y` of two row-major operands ~1.6× faster as `(Yᵀ·X)ᵀ` here (~7 against ~11 ms
@@ -336,13 +381,13 @@ impl CustomOp3 for ChunkedAttention {
         };
         for c in self.chunks(l, s) {
             let rows = (h / kv) * c.len;
-            let p = self.probs(&q, &kt, c)?;
+            let p = self.probs(&q, &k, kt.as_ref(), c)?;
             let g = grad.narrow(2, c.start, c.len)?.contiguous()?;
             let g = g.reshape((n, kv, rows, d))?;
             let pg = p.reshape((n, kv, rows, c.keys))?;
             dvt = Some(add(dvt, g.t()?.matmul(&pg)?)?);
             let dp = g
-                .matmul(&vt.narrow(3, 0, c.keys)?)?
+                .matmul(&first_rows_t(&v, vt.as_ref(), c.keys)?)?
                 .reshape((n, h, c.len, c.keys))?;
             let ds =
                 attention_softmax_backward(&p, &dp, self.scale)?.reshape((n, kv, rows, c.keys))?;
@@ -401,35 +446,31 @@ mod tests {
         let k = var(&[n, kv, s, d], dtype, 2);
         let v = var(&[n, kv, s, d], dtype, 3);
         let w = var(&[n, h, l, d], dtype, 4).as_tensor().detach();
-        let run = |budget: usize| {
-            let out = attend(
-                q.as_tensor(),
-                k.as_tensor(),
-                v.as_tensor(),
-                0.3,
-                &mask,
-                budget,
-            )
-            .unwrap();
+        let run = |budget: usize, transpose_once: bool| {
+            let (qt, kt, vt) = (q.as_tensor(), k.as_tensor(), v.as_tensor());
+            let out = attend_with(qt, kt, vt, 0.3, &mask, budget, transpose_once).unwrap();
             let grads = (&out * &w).unwrap().sum_all().unwrap().backward().unwrap();
             let g = |x: &Var| grads.get(x.as_tensor()).unwrap().clone();
             (out, g(&q), g(&k), g(&v))
         };
-        let chunked = run(n * h * s * chunk);
-        let plain = run(usize::MAX);
+        let plain = run(usize::MAX, true);
         let tol = if dtype == DType::F64 { 1e-12 } else { 2e-6 };
-        for (what, a, b) in [
-            ("output", &chunked.0, &plain.0),
-            ("dq", &chunked.1, &plain.1),
-            ("dk", &chunked.2, &plain.2),
-            ("dv", &chunked.3, &plain.3),
-        ] {
-            assert_eq!(a.dims(), b.dims(), "{what}");
-            let (d, m) = diff(a, b);
-            assert!(
-                d <= tol * m.max(1.0),
-                "{what}: {d} against {m} (chunk {chunk})"
-            );
+        // Both forms of the transposed keys: the CPU's copy, and the view CUDA takes.
+        for transpose_once in [true, false] {
+            let chunked = run(n * h * s * chunk, transpose_once);
+            for (what, a, b) in [
+                ("output", &chunked.0, &plain.0),
+                ("dq", &chunked.1, &plain.1),
+                ("dk", &chunked.2, &plain.2),
+                ("dv", &chunked.3, &plain.3),
+            ] {
+                assert_eq!(a.dims(), b.dims(), "{what}");
+                let (d, m) = diff(a, b);
+                assert!(
+                    d <= tol * m.max(1.0),
+                    "{what}: {d} against {m} (chunk {chunk})"
+                );
+            }
         }
     }
 
@@ -466,6 +507,21 @@ mod tests {
         assert!(!chunked.track_op());
         let plain = attend(&q, &k, &k, 0.5, &m, usize::MAX).unwrap();
         assert!(diff(&chunked, &plain).0 < 1e-14);
+    }
+
+    #[test]
+    fn both_forms_of_the_transposed_keys_agree() {
+        // The CPU's copy and the view CUDA takes.
+        let x = var(&[2, 2, 6, 4], DType::F32, 9).as_tensor().detach();
+        let xt = transposed_for_chunks(&x).unwrap();
+        for keys in [1, 4, 6] {
+            let (a, b) = (
+                first_rows_t(&x, Some(&xt), keys).unwrap(),
+                first_rows_t(&x, None, keys).unwrap(),
+            );
+            assert_eq!(a.dims(), &[2, 2, 4, keys]);
+            assert_eq!(diff(&a, &b).0, 0.0);
+        }
     }
 
     proptest! {
