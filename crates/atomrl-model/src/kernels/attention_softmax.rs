@@ -215,12 +215,49 @@ fn backward<T: Real>(p: &[T], g: &[T], s: usize, scale: f64) -> Vec<T> {
     let mut dx = vec![T::zero(); p.len()];
     for_rows(&mut dx, s, |r, d| {
         let (pr, gr) = (&p[r * s..(r + 1) * s], &g[r * s..(r + 1) * s]);
-        let dot = dot_lanes(pr, gr);
-        for ((d, &pv), &gv) in d.iter_mut().zip(pr).zip(gr) {
-            *d = scale * (pv * (gv - dot));
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                #[allow(unsafe_code)]
+                // SAFETY: the CPU has AVX-512F, checked just above.
+                unsafe {
+                    backward_row_avx512(d, pr, gr, scale)
+                };
+                return;
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                #[allow(unsafe_code)]
+                // SAFETY: the CPU has AVX2, checked just above.
+                unsafe {
+                    backward_row_avx2(d, pr, gr, scale)
+                };
+                return;
+            }
         }
+        backward_row(d, pr, gr, scale);
     });
     dx
+}
+
+/// One row of [`backward`]: `d = scale · p · (g − Σ g·p)`.
+#[inline(always)]
+fn backward_row<T: Real>(d: &mut [T], p: &[T], g: &[T], scale: T) {
+    let dot = dot_lanes(p, g);
+    for ((d, &pv), &gv) in d.iter_mut().zip(p).zip(g) {
+        *d = scale * (pv * (gv - dot));
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn backward_row_avx512<T: Real>(d: &mut [T], p: &[T], g: &[T], scale: T) {
+    backward_row(d, p, g, scale);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn backward_row_avx2<T: Real>(d: &mut [T], p: &[T], g: &[T], scale: T) {
+    backward_row(d, p, g, scale);
 }
 
 impl CustomOp1 for AttentionSoftmax {
