@@ -8,14 +8,17 @@
 //! "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness"):
 //!
 //! - forward: the queries in chunks of `c` rows, each chunk's output by the plain form from
-//!   that chunk's scores `[N, H, c, S]`, which are freed before the next chunk;
+//!   that chunk's scores, which are freed before the next chunk. Under a causal mask a
+//!   chunk's scores stop at its last query's limit (FlashAttention's causal block skip), so
+//!   the chunks together compute about half of the plain form's `[L, S]`;
 //! - one graph node for the whole attention, whose backward recomputes each chunk's
 //!   probabilities from `q` and `k` and takes the chunk's gradients from them:
 //!   `dV += Pᵀ·dO`, `dP = dO·Vᵀ`, `dS = scale · P ⊙ (dP − Σ P ⊙ dP)`, `dQ = dS·K`,
 //!   `dK += dSᵀ·Q`.
 //!
 //! So memory is one chunk's scores instead of `L / c` times as much, for one more `Q·Kᵀ` and
-//! softmax per chunk in backward. It is built from tensor ops (candle's matmuls, AtomRL's fused
+//! softmax per chunk in backward, which the causal skip pays for at long lengths
+//! (docs/performance.md item 21). It is built from tensor ops (candle's matmuls, AtomRL's fused
 //! softmax), so the CPU and CUDA run the same code; on a GPU each chunk is a handful of kernel
 //! launches, not one fused kernel. Below the budget (every shape the benches' defaults train)
 //! the plain form runs, unchanged.
