@@ -52,72 +52,72 @@ impl AttentionSoftmax {
                 let (seen, unseen) = p.split_at_mut(limit);
                 unseen.fill(T::zero());
                 let pad = pad.map(|m| &m[..limit]);
-                Self::softmax_row(seen, &row[..limit], scale, neg, pad, limit);
+                softmax_row(seen, &row[..limit], scale, neg, pad, limit);
                 return;
             }
             let masked_from = if self.mask.causal { limit } else { s };
-            Self::softmax_row(p, row, scale, neg, pad, masked_from);
+            softmax_row(p, row, scale, neg, pad, masked_from);
         });
         out
     }
+}
 
+/// Defines `fn $name<T: Real>(args)`, which runs `$body(args)` (an `#[inline(always)]` row
+/// loop) compiled for AVX-512F or AVX2 when the CPU has them, else for the baseline: runtime
+/// dispatch, as `exp::exp_in_place` does, so each wrapper holds a copy of the loop vectorised
+/// for its features.
+macro_rules! widest_simd {
+    ($(#[$doc:meta])* fn $name:ident => $body:ident($($arg:ident: $ty:ty),* $(,)?)) => {
+        $(#[$doc])*
+        fn $name<T: Real>($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                fn avx512<T: Real>($($arg: $ty),*) {
+                    $body($($arg),*)
+                }
+                #[target_feature(enable = "avx2")]
+                fn avx2<T: Real>($($arg: $ty),*) {
+                    $body($($arg),*)
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    #[allow(unsafe_code)]
+                    // SAFETY: the CPU has AVX-512F, checked just above.
+                    unsafe {
+                        avx512($($arg),*)
+                    };
+                    return;
+                }
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    #[allow(unsafe_code)]
+                    // SAFETY: the CPU has AVX2, checked just above.
+                    unsafe {
+                        avx2($($arg),*)
+                    };
+                    return;
+                }
+            }
+            $body($($arg),*)
+        }
+    };
+}
+
+widest_simd! {
     /// `softmax(scale · row + bias)` of one row, the bias `neg` on keys from `masked_from`
     /// (causality) and again on padded keys.
-    fn softmax_row<T: Real>(
+    fn softmax_row => softmax_row_lanes(
         p: &mut [T],
         row: &[T],
         scale: T,
         neg: T,
         pad: Option<&[bool]>,
         masked_from: usize,
-    ) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                #[allow(unsafe_code)]
-                // SAFETY: the CPU has AVX-512F, checked just above.
-                unsafe {
-                    softmax_row_avx512(p, row, scale, neg, pad, masked_from)
-                };
-                return;
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                #[allow(unsafe_code)]
-                // SAFETY: the CPU has AVX2, checked just above.
-                unsafe {
-                    softmax_row_avx2(p, row, scale, neg, pad, masked_from)
-                };
-                return;
-            }
-        }
-        softmax_row_lanes(p, row, scale, neg, pad, masked_from);
-    }
+    )
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn softmax_row_avx512<T: Real>(
-    p: &mut [T],
-    row: &[T],
-    scale: T,
-    neg: T,
-    pad: Option<&[bool]>,
-    masked_from: usize,
-) {
-    softmax_row_lanes(p, row, scale, neg, pad, masked_from);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn softmax_row_avx2<T: Real>(
-    p: &mut [T],
-    row: &[T],
-    scale: T,
-    neg: T,
-    pad: Option<&[bool]>,
-    masked_from: usize,
-) {
-    softmax_row_lanes(p, row, scale, neg, pad, masked_from);
+widest_simd! {
+    /// One row of [`backward`]: `d = scale · p · (g − Σ g·p)`.
+    fn backward_row => backward_row_lanes(d: &mut [T], p: &[T], g: &[T], scale: T)
 }
 
 /// Lanes of the row reductions: 16 independent accumulators, which the compiler keeps in
@@ -171,7 +171,7 @@ fn dot_lanes<T: Real>(a: &[T], b: &[T]) -> T {
     acc.iter().fold(T::zero(), |s, &x| s + x) + tail
 }
 
-/// The body of [`AttentionSoftmax::softmax_row`]: each pass a loop the compiler vectorises.
+/// The body of [`softmax_row`]: each pass a loop the compiler vectorises.
 #[inline(always)]
 fn softmax_row_lanes<T: Real>(
     p: &mut [T],
@@ -215,49 +215,18 @@ fn backward<T: Real>(p: &[T], g: &[T], s: usize, scale: f64) -> Vec<T> {
     let mut dx = vec![T::zero(); p.len()];
     for_rows(&mut dx, s, |r, d| {
         let (pr, gr) = (&p[r * s..(r + 1) * s], &g[r * s..(r + 1) * s]);
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                #[allow(unsafe_code)]
-                // SAFETY: the CPU has AVX-512F, checked just above.
-                unsafe {
-                    backward_row_avx512(d, pr, gr, scale)
-                };
-                return;
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                #[allow(unsafe_code)]
-                // SAFETY: the CPU has AVX2, checked just above.
-                unsafe {
-                    backward_row_avx2(d, pr, gr, scale)
-                };
-                return;
-            }
-        }
         backward_row(d, pr, gr, scale);
     });
     dx
 }
 
-/// One row of [`backward`]: `d = scale · p · (g − Σ g·p)`.
+/// The body of [`backward_row`].
 #[inline(always)]
-fn backward_row<T: Real>(d: &mut [T], p: &[T], g: &[T], scale: T) {
+fn backward_row_lanes<T: Real>(d: &mut [T], p: &[T], g: &[T], scale: T) {
     let dot = dot_lanes(p, g);
     for ((d, &pv), &gv) in d.iter_mut().zip(p).zip(g) {
         *d = scale * (pv * (gv - dot));
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn backward_row_avx512<T: Real>(d: &mut [T], p: &[T], g: &[T], scale: T) {
-    backward_row(d, p, g, scale);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn backward_row_avx2<T: Real>(d: &mut [T], p: &[T], g: &[T], scale: T) {
-    backward_row(d, p, g, scale);
 }
 
 impl CustomOp1 for AttentionSoftmax {
