@@ -229,12 +229,11 @@ impl ChunkedAttention {
         }
     }
 
-    /// The probabilities `[N, H, len, keys]` of one chunk's queries over the keys `k` (and
-    /// their copy `kt` of [`transposed_for_chunks`]).
-    fn probs(&self, q: &Tensor, k: &Tensor, kt: Option<&Tensor>, c: Chunk) -> Result<Tensor> {
-        let (n, h, _, d) = q.dims4()?;
+    /// The probabilities `[N, H, len, keys]` of one chunk's queries `qc [N, H, len, d]`
+    /// (contiguous) over the keys `k` (and their copy `kt` of [`transposed_for_chunks`]).
+    fn probs(&self, qc: &Tensor, k: &Tensor, kt: Option<&Tensor>, c: Chunk) -> Result<Tensor> {
+        let (n, h, _, d) = qc.dims4()?;
         let (kv, s) = (k.dim(1)?, k.dim(2)?);
-        let qc = q.narrow(2, c.start, c.len)?.contiguous()?;
         let scores = qc
             .reshape((n, kv, (h / kv) * c.len, d))?
             .matmul(&first_rows_t(k, kt, c.keys)?)?;
@@ -254,7 +253,8 @@ impl ChunkedAttention {
             .chunks(l, s)
             .into_iter()
             .map(|c| {
-                let p = self.probs(q, k, kt.as_ref(), c)?;
+                let qc = q.narrow(2, c.start, c.len)?.contiguous()?;
+                let p = self.probs(&qc, k, kt.as_ref(), c)?;
                 p.reshape((n, kv, (h / kv) * c.len, c.keys))?
                     .matmul(&v.narrow(2, 0, c.keys)?)?
                     .reshape((n, h, c.len, d))
@@ -384,7 +384,8 @@ impl CustomOp3 for ChunkedAttention {
         };
         for c in self.chunks(l, s) {
             let rows = (h / kv) * c.len;
-            let p = self.probs(&q, &k, kt.as_ref(), c)?;
+            let qc = q.narrow(2, c.start, c.len)?.contiguous()?;
+            let p = self.probs(&qc, &k, kt.as_ref(), c)?;
             let g = grad.narrow(2, c.start, c.len)?.contiguous()?;
             let g = g.reshape((n, kv, rows, d))?;
             let pg = p.reshape((n, kv, rows, c.keys))?;
@@ -398,7 +399,6 @@ impl CustomOp3 for ChunkedAttention {
                 ds.matmul(&k.narrow(2, 0, c.keys)?)?
                     .reshape((n, h, c.len, d))?,
             );
-            let qc = q.narrow(2, c.start, c.len)?.contiguous()?;
             let qg = qc.reshape((n, kv, rows, d))?;
             dkt = Some(add(dkt, qg.t()?.matmul(&ds)?)?);
         }
