@@ -345,6 +345,22 @@ fn decode(m: &CausalLm, a: &BenchArgs, b: usize, bandwidth: f64, dev: &Device) -
     }))
 }
 
+/// `plan` with no worker left idle by a step of `micro_batches` micro-batches: fewer workers
+/// with more threads each when there are fewer micro-batches than workers (the trainer never
+/// has this case: it splits a step's rows into `accumulation × workers` micro-batches, while
+/// the bench's `--micro-batch` fixes the rows per micro-batch). At 8 rows in one micro-batch
+/// the automatic plan of a 2-core machine ran the step on one core of two.
+fn fill_cores(
+    plan: atomrl_trainer::runtime::CpuPlan,
+    micro_batches: usize,
+) -> atomrl_trainer::runtime::CpuPlan {
+    let workers = plan.workers.min(micro_batches).max(1);
+    atomrl_trainer::runtime::CpuPlan {
+        threads: plan.threads * plan.workers / workers,
+        workers,
+    }
+}
+
 /// One GRPO optimizer step (forward + backward over micro-batches, clipping, AdamW).
 fn train_step(
     m: &CausalLm,
@@ -475,6 +491,20 @@ pub fn run(a: &BenchArgs) -> Result<()> {
             threads: a.threads,
             workers: 1,
         }
+    };
+    let plan = if a.device.is_cpu() && !a.skip_train && a.workers == 0 {
+        let micro_batches = a.train_rows.div_ceil(a.micro_batch.max(1));
+        let filled = fill_cores(plan, micro_batches);
+        if filled != plan {
+            println!(
+                "{micro_batches} micro-batch(es) for {} workers: {} worker(s) of {} threads, so \
+                 that no core idles",
+                plan.workers, filled.workers, filled.threads
+            );
+        }
+        filled
+    } else {
+        plan
     };
     let plan = if a.profile && plan.workers > 1 {
         println!(
@@ -637,4 +667,39 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         println!("wrote {}", path.display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fill_cores;
+    use atomrl_trainer::runtime::CpuPlan;
+
+    #[test]
+    fn fewer_micro_batches_than_workers_get_the_idle_workers_threads() {
+        let two = CpuPlan {
+            threads: 1,
+            workers: 2,
+        };
+        let one_of_two = CpuPlan {
+            threads: 2,
+            workers: 1,
+        };
+        assert_eq!(fill_cores(two, 1), one_of_two);
+        assert_eq!(fill_cores(two, 2), two);
+        assert_eq!(fill_cores(two, 8), two);
+        // Threads stay whole: 3 workers of 2 threads for 2 micro-batches give 2 of 3.
+        let three = CpuPlan {
+            threads: 2,
+            workers: 3,
+        };
+        assert_eq!(
+            fill_cores(three, 2),
+            CpuPlan {
+                threads: 3,
+                workers: 2
+            }
+        );
+        // No micro-batch (a step skipped): the plan keeps one worker.
+        assert_eq!(fill_cores(two, 0), one_of_two);
+    }
 }
