@@ -52,6 +52,19 @@ fn main() -> ExitCode {
     main_with(|| run(Cli::parse()))
 }
 
+/// What the critic copies of the policy, in words.
+fn critic_shape(layers: Option<usize>, intermediate_size: Option<usize>) -> String {
+    let layers = match layers {
+        Some(1) => "the policy's first layer".to_string(),
+        Some(n) => format!("the policy's first {n} layers"),
+        None => "the whole policy".to_string(),
+    };
+    match intermediate_size {
+        Some(m) => format!("{layers}, MLPs cut to {m} neurons"),
+        None => layers,
+    }
+}
+
 /// Settings of the embedded run, the GRPO example's where they apply (8 prompts x 8
 /// completions per step, lr 2e-4 decaying linearly over the 280 s training budget, two
 /// data-parallel workers on a 2-core machine): the critic is a copy of the policy with a zero
@@ -172,11 +185,7 @@ fn run(cli: Cli) -> Result<()> {
         args.max_completion_length,
         args.lr,
         critic.lr.unwrap_or(f64::NAN),
-        match critic.num_layers {
-            Some(1) => "the policy's first layer".to_string(),
-            Some(n) => format!("the policy's first {n} layers"),
-            None => "the whole policy".to_string(),
-        },
+        critic_shape(critic.num_layers, critic.intermediate_size),
         critic.gamma,
         critic.lam,
         match critic.actor_lam {

@@ -158,6 +158,16 @@ fn a_killed_ppo_run_resumes_exactly(name: &str, extra: &str, lora: bool) {
     let cfg =
         std::fs::read_to_string(straight.join("run/checkpoint-6/critic/config.json")).unwrap();
     assert!(cfg.contains("ForTokenClassification") && cfg.contains("\"num_labels\": 1"));
+    // A narrowed critic is saved at its own width.
+    if let Some(m) = extra
+        .lines()
+        .find_map(|l| l.strip_prefix("intermediate_size = "))
+    {
+        assert!(
+            cfg.contains(&format!("\"intermediate_size\": {m}")),
+            "{cfg}"
+        );
+    }
 }
 
 #[test]
@@ -183,6 +193,17 @@ fn a_killed_ppo_run_with_the_examples_small_critic_resumes_exactly() {
         "ppo-small-critic",
         "num_layers = 1\nactor_skip_flat_groups = true\nactor_lam = 0.95",
         false,
+    );
+}
+
+/// A critic of the policy's first layer with its MLP cut to a quarter of its neurons, with
+/// adapters of its own on the cut projections.
+#[test]
+fn a_killed_ppo_run_with_a_narrowed_lora_critic_resumes_exactly() {
+    a_killed_ppo_run_resumes_exactly(
+        "ppo-narrow-critic",
+        "num_layers = 1\nintermediate_size = 32",
+        true,
     );
 }
 
@@ -280,6 +301,11 @@ fn critic_settings_are_checked_with_the_key_named() {
         ("lr = 1e-4\nbogus = 1", "bogus"),
         // The fixture has 2 decoder layers.
         ("lr = 1e-4\nnum_layers = 3", "`critic.num_layers`"),
+        // Its MLPs are 128 wide.
+        (
+            "lr = 1e-4\nintermediate_size = 129",
+            "`critic.intermediate_size`",
+        ),
         // A causal LM is no critic: it has no one-label head over its hidden size.
         (
             &format!("lr = 1e-4\nmodel = {:?}", bad_critic.display().to_string()),

@@ -20,6 +20,12 @@ pub struct CriticArgs {
     /// cost per forward and backward. Absent: every layer.
     #[serde(default)]
     pub num_layers: Option<usize>,
+    /// Start each of the critic's MLPs from the policy's first `intermediate_size` neurons
+    /// (the first rows of `gate_proj` and `up_proj`, the first columns of `down_proj`): a
+    /// narrower critic whose MLPs cost about `intermediate_size / I` of the policy's, saved
+    /// with that `intermediate_size`. With `num_layers` or alone. Absent: the policy's width.
+    #[serde(default)]
+    pub intermediate_size: Option<usize>,
     /// The value head reads the policy's own final hidden states (one transformer, TRL's
     /// former `AutoModelForCausalLMWithValueHead`, trlx): the value loss, times `vf_coef`,
     /// joins the policy loss in one forward and backward, and only the head (at `lr`) has an
@@ -74,6 +80,7 @@ impl Default for CriticArgs {
             lr: None,
             model: None,
             num_layers: None,
+            intermediate_size: None,
             share_backbone: false,
             actor_skip_flat_groups: false,
             vf_coef: default_vf_coef(),

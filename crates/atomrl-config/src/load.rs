@@ -363,6 +363,7 @@ mod tests {
             ("trpo.cg_iters=0", "`trpo.cg_iters`"),
             ("critic.share_backbone=true", "`critic.share_backbone`"),
             ("critic.num_layers=0", "`critic.num_layers`"),
+            ("critic.intermediate_size=0", "`critic.intermediate_size`"),
             (
                 "critic.actor_skip_flat_groups=true",
                 "`critic.actor_skip_flat_groups`",
@@ -405,6 +406,12 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("`critic.num_layers`"), "{e}");
+        o.pop();
+        o.push("critic.intermediate_size=64".into());
+        let e = load_args(None, Some(Recipe::Ppo), &o)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`critic.intermediate_size`"), "{e}");
         // A KL in the reward leaves the loss without one, and needs the old log-probs.
         let mut o = base();
         o.extend([

@@ -170,20 +170,21 @@ fn check_critic(a: &GRPOArgs) -> Result<()> {
     if let Some(t) = c.kl_target {
         positive("critic.kl_target", t)?;
     }
-    if let Some(n) = c.num_layers {
-        at_least("critic.num_layers", n, 1)?;
-        let other = match (&c.model, c.share_backbone) {
-            (Some(_), _) => Some("`critic.model` (a critic of its own size)"),
-            (None, true) => Some("`critic.share_backbone` (the policy's whole transformer)"),
-            (None, false) => None,
-        };
+    // Both cut a copy of the policy: a critic folder or the policy's own transformer has
+    // nothing to cut.
+    let other = match (&c.model, c.share_backbone) {
+        (Some(_), _) => Some("`critic.model` (a critic of its own size)"),
+        (None, true) => Some("`critic.share_backbone` (the policy's whole transformer)"),
+        (None, false) => None,
+    };
+    for (key, size) in [
+        ("critic.num_layers", c.num_layers),
+        ("critic.intermediate_size", c.intermediate_size),
+    ] {
+        let Some(n) = size else { continue };
+        at_least(key, n, 1)?;
         if let Some(other) = other {
-            return Err(Error::value(
-                FUNC,
-                "critic.num_layers",
-                format!("absent with {other}"),
-                n,
-            ));
+            return Err(Error::value(FUNC, key, format!("absent with {other}"), n));
         }
     }
     if c.actor_skip_flat_groups && (recipe == Recipe::Trpo || c.share_backbone) {

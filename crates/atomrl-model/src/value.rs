@@ -134,8 +134,46 @@ impl ValueModel {
         Self::truncated(
             policy,
             layers,
+            None,
             HeadLayout::Token,
             "ValueModel::from_policy_layers",
+        )
+    }
+
+    /// A critic starting from the first `layers` decoder layers of `policy` with each MLP cut
+    /// to its first `intermediate_size` neurons (the first rows of `gate_proj` and `up_proj`,
+    /// the first columns of `down_proj`, copied), its embeddings, attention and final norm
+    /// whole, and a head of zeros. Each kept MLP starts as the policy's with its later neurons
+    /// removed, an unranked structured pruning: the critic is retrained from the first step,
+    /// so the slice is a starting point, not an approximation to keep. Its MLPs cost about
+    /// `intermediate_size / I` of the policy's. Saved, its `config.json` says
+    /// `intermediate_size` (transformers loads it as any token-classification model).
+    ///
+    /// # Errors
+    /// `layers` outside `1..=L`, `intermediate_size` outside `1..=I` (the policy's);
+    /// allocation failures.
+    ///
+    /// ```
+    /// use atomrl_model::{Architecture, CausalLm, ModelConfig, ValueModel};
+    /// use candle_core::{DType, Device};
+    /// let policy = CausalLm::from_config_random(ModelConfig::new(Architecture::Qwen2, 16, 8, 32, 3, 2, 1)?, 1, DType::F32, &Device::Cpu)?;
+    /// let critic = ValueModel::from_policy_narrowed(&policy, 1, 8)?;
+    /// let c = critic.backbone().config();
+    /// assert_eq!((c.num_hidden_layers, c.intermediate_size), (1, 8));
+    /// assert!(ValueModel::from_policy_narrowed(&policy, 1, 33).is_err_and(|e| e.to_string().contains("`intermediate_size`")));
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn from_policy_narrowed(
+        policy: &CausalLm,
+        layers: usize,
+        intermediate_size: usize,
+    ) -> Result<Self> {
+        Self::truncated(
+            policy,
+            layers,
+            Some(intermediate_size),
+            HeadLayout::Token,
+            "ValueModel::from_policy_narrowed",
         )
     }
 
@@ -160,6 +198,7 @@ impl ValueModel {
         Self::truncated(
             policy,
             layers,
+            None,
             HeadLayout::Sequence,
             "ValueModel::reward_model_from_policy_layers",
         )
@@ -168,6 +207,7 @@ impl ValueModel {
     fn truncated(
         policy: &CausalLm,
         layers: usize,
+        intermediate_size: Option<usize>,
         layout: HeadLayout,
         func: &'static str,
     ) -> Result<Self> {
@@ -181,6 +221,15 @@ impl ValueModel {
                 layers,
             ));
         }
+        let width = config.intermediate_size;
+        if let Some(m) = intermediate_size.filter(|&m| m == 0 || m > width) {
+            return Err(Error::value(
+                func,
+                "intermediate_size",
+                format!("in 1..={width} (the policy's MLP width)"),
+                m,
+            ));
+        }
         let dropped = |name: &str| {
             name.strip_prefix("model.layers.")
                 .and_then(|rest| rest.split('.').next())
@@ -191,10 +240,18 @@ impl ValueModel {
             .named_vars()
             .into_iter()
             .filter(|(name, _)| !dropped(name))
-            .map(|(name, var)| var.as_tensor().copy().map(|t| (name, t)))
+            .map(|(name, var)| {
+                let t = var.as_tensor();
+                match intermediate_size.map(|m| (m, mlp_neuron_dim(&name))) {
+                    Some((m, Some(dim))) => t.narrow(dim, 0, m).and_then(|t| t.force_contiguous()),
+                    _ => t.copy(),
+                }
+                .map(|t| (name, t))
+            })
             .collect::<candle_core::Result<HashMap<_, _>>>()
             .ctx(func)?;
         config.num_hidden_layers = layers;
+        config.intermediate_size = intermediate_size.unwrap_or(width);
         let mut backbone =
             CausalLm::from_tensors(config, tensors, policy.dtype(), policy.device())?;
         backbone.set_compute_dtype(policy.compute_dtype())?;
@@ -659,6 +716,19 @@ impl ValueModel {
 /// The backbone's configuration of the model in `dir` (its `config.json` read as the causal
 /// LM of the same architecture: `Qwen2ForTokenClassification` → `Qwen2ForCausalLM`) and the
 /// head layout its class names.
+/// The dimension that indexes an MLP's neurons in the weight `name`: the rows of `gate_proj`
+/// and `up_proj`, the columns of `down_proj`; `None` for every other weight (LoRA adapters
+/// are added after the cut, so none is among them).
+fn mlp_neuron_dim(name: &str) -> Option<usize> {
+    if name.ends_with(".mlp.gate_proj.weight") || name.ends_with(".mlp.up_proj.weight") {
+        Some(0)
+    } else if name.ends_with(".mlp.down_proj.weight") {
+        Some(1)
+    } else {
+        None
+    }
+}
+
 fn critic_config(dir: &Path) -> Result<(crate::ModelConfig, HeadLayout)> {
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path).map_err(|e| Error::file(path.display(), e))?;
@@ -785,6 +855,83 @@ mod tests {
                 .unwrap()
                 .to_string();
             assert!(e.contains("`layers`") && e.contains("1..=3"), "{e}");
+        }
+    }
+
+    /// A critic whose MLPs keep the first `m` neurons computes what the policy computes with
+    /// its other neurons silenced (their gate and up rows zero: SwiGLU gives 0 there, so
+    /// `down_proj` adds nothing from them); it saves and loads back with `intermediate_size =
+    /// m`, and a width of 0 or past the policy's is an error naming it.
+    #[test]
+    fn a_narrowed_critic_is_the_policy_with_its_later_neurons_silenced() {
+        let c = ModelConfig::new(Architecture::Qwen2, 16, 8, 12, 3, 2, 1).unwrap();
+        let p = CausalLm::from_config_random(c.clone(), 5, DType::F32, &Device::Cpu).unwrap();
+        let ids = Tensor::new(&[[1u32, 2, 3, 4, 5]], &Device::Cpu).unwrap();
+        let input = ForwardInput::new(ids);
+        let w: Vec<f32> = (0..8).map(|i| (i as f32 - 3.5) / 4.0).collect();
+        let w = Tensor::from_vec(w, (1, 8), &Device::Cpu).unwrap();
+        let values = |m: &ValueModel| -> Vec<f32> {
+            m.weight.set(&w).unwrap();
+            m.values(&input)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap()
+        };
+        let (m, layers) = (5, 2);
+        let silenced = p
+            .named_vars()
+            .into_iter()
+            .map(|(n, v)| {
+                let t = v.as_tensor();
+                let t = if n.ends_with("mlp.gate_proj.weight") || n.ends_with("mlp.up_proj.weight")
+                {
+                    let keep = t.narrow(0, 0, m).unwrap();
+                    let zeros = Tensor::zeros((12 - m, 8), DType::F32, &Device::Cpu).unwrap();
+                    Tensor::cat(&[&keep, &zeros], 0).unwrap()
+                } else {
+                    t.copy().unwrap()
+                };
+                (n, t)
+            })
+            .collect();
+        let silenced = CausalLm::from_tensors(c, silenced, DType::F32, &Device::Cpu).unwrap();
+        let want = values(&ValueModel::from_policy_layers(&silenced, layers).unwrap());
+        let narrow = ValueModel::from_policy_narrowed(&p, layers, m).unwrap();
+        let got = values(&narrow);
+        assert!(
+            got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-6),
+            "{got:?} against {want:?}"
+        );
+        // The cut is real: the whole policy's first layers give other values.
+        let whole = values(&ValueModel::from_policy_layers(&p, layers).unwrap());
+        assert!(got.iter().zip(&whole).any(|(a, b)| (a - b).abs() > 1e-4));
+        let shapes: Vec<Vec<usize>> = narrow
+            .named_vars()
+            .into_iter()
+            .filter(|(n, _)| n.starts_with("model.layers.1.mlp."))
+            .map(|(_, v)| v.as_tensor().dims().to_vec())
+            .collect();
+        assert_eq!(shapes.len(), 3);
+        assert!(shapes.iter().all(|s| s.contains(&m) && !s.contains(&12)));
+
+        let dir = std::env::temp_dir().join(format!("atomrl-narrow-critic-{}", std::process::id()));
+        narrow.save_hf(&dir).unwrap();
+        let back = ValueModel::from_hf_dir(&dir, &Device::Cpu).unwrap();
+        let bc = back.backbone().config();
+        assert_eq!((bc.num_hidden_layers, bc.intermediate_size), (layers, m));
+        assert_eq!(values(&back), got);
+        let _ = std::fs::remove_dir_all(&dir);
+        for bad in [0, 13] {
+            let e = ValueModel::from_policy_narrowed(&p, 1, bad)
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(
+                e.contains("`intermediate_size`") && e.contains("1..=12"),
+                "{e}"
+            );
         }
     }
 
