@@ -111,6 +111,31 @@ impl Error {
         }
     }
 
+    /// This error as a configuration key's: a [`Error::Value`] about argument `arg` becomes
+    /// one about the key `table.arg` of `config`, for a function whose arguments are a
+    /// table's keys (a library call made with a `[critic]` table's sizes reports the key the
+    /// user wrote). Other errors are returned as they are.
+    ///
+    /// ```
+    /// use atomrl_core::Error;
+    /// let e = Error::value("ValueModel::from_policy_cut", "num_layers", "in 1..=4", 9);
+    /// assert_eq!(e.in_table("critic").to_string(), "config: `critic.num_layers` must be in 1..=4, got 9");
+    /// ```
+    #[must_use]
+    pub fn in_table(self, table: &str) -> Self {
+        match self {
+            Self::Value {
+                arg, expected, got, ..
+            } => Self::Value {
+                func: "config".into(),
+                arg: format!("{table}.{arg}"),
+                expected,
+                got,
+            },
+            other => other,
+        }
+    }
+
     /// A [`Error::UnknownChoice`] error.
     pub fn unknown_choice(func: &str, arg: &str, allowed: &[&str], got: &str) -> Self {
         Self::UnknownChoice {

@@ -140,41 +140,50 @@ impl ValueModel {
         )
     }
 
-    /// A critic starting from the first `layers` decoder layers of `policy` with each MLP cut
-    /// to its first `intermediate_size` neurons (the first rows of `gate_proj` and `up_proj`,
-    /// the first columns of `down_proj`, copied), its embeddings, attention and final norm
-    /// whole, and a head of zeros. Each kept MLP starts as the policy's with its later neurons
-    /// removed, an unranked structured pruning: the critic is retrained from the first step,
-    /// so the slice is a starting point, not an approximation to keep. Its MLPs cost about
-    /// `intermediate_size / I` of the policy's. Saved, its `config.json` says
-    /// `intermediate_size` (transformers loads it as any token-classification model).
+    /// A critic copied from `policy` at the size a `[critic]` table asks for: its first
+    /// `num_layers` decoder layers (every one when `None`) with each MLP cut to its first
+    /// `intermediate_size` neurons (the first rows of `gate_proj` and `up_proj`, the first
+    /// columns of `down_proj`; the whole MLP when `None`), its embeddings, attention and final
+    /// norm whole, and a head of zeros. A cut MLP starts as the policy's with its later
+    /// neurons removed, an unranked structured pruning: the critic is retrained from the first
+    /// step, so the slice is a starting point. Its MLPs cost about `intermediate_size / I` of
+    /// the policy's. Saved, its `config.json` says both sizes (transformers loads it as any
+    /// token-classification model). `(None, None)` is [`ValueModel::from_policy`].
     ///
     /// # Errors
-    /// `layers` outside `1..=L`, `intermediate_size` outside `1..=I` (the policy's);
-    /// allocation failures.
+    /// `num_layers` outside `1..=L`, `intermediate_size` outside `1..=I` (the policy's), each
+    /// naming its argument; allocation failures.
     ///
     /// ```
     /// use atomrl_model::{Architecture, CausalLm, ModelConfig, ValueModel};
     /// use candle_core::{DType, Device};
     /// let policy = CausalLm::from_config_random(ModelConfig::new(Architecture::Qwen2, 16, 8, 32, 3, 2, 1)?, 1, DType::F32, &Device::Cpu)?;
-    /// let critic = ValueModel::from_policy_narrowed(&policy, 1, 8)?;
+    /// let critic = ValueModel::from_policy_cut(&policy, Some(1), Some(8))?;
     /// let c = critic.backbone().config();
     /// assert_eq!((c.num_hidden_layers, c.intermediate_size), (1, 8));
-    /// assert!(ValueModel::from_policy_narrowed(&policy, 1, 33).is_err_and(|e| e.to_string().contains("`intermediate_size`")));
+    /// let e = ValueModel::from_policy_cut(&policy, None, Some(33)).unwrap_err().to_string();
+    /// assert!(e.contains("`intermediate_size`") && e.contains("1..=32"), "{e}");
+    /// let e = ValueModel::from_policy_cut(&policy, Some(4), None).unwrap_err().to_string();
+    /// assert!(e.contains("`num_layers`") && e.contains("1..=3"), "{e}");
     /// # Ok::<(), atomrl_core::Error>(())
     /// ```
-    pub fn from_policy_narrowed(
+    pub fn from_policy_cut(
         policy: &CausalLm,
-        layers: usize,
-        intermediate_size: usize,
+        num_layers: Option<usize>,
+        intermediate_size: Option<usize>,
     ) -> Result<Self> {
-        Self::truncated(
-            policy,
-            layers,
-            Some(intermediate_size),
-            HeadLayout::Token,
-            "ValueModel::from_policy_narrowed",
-        )
+        let func = "ValueModel::from_policy_cut";
+        let total = policy.config().num_hidden_layers;
+        match (num_layers, intermediate_size) {
+            (None, None) => Self::from_policy(policy),
+            (Some(n), _) if n == 0 || n > total => Err(Error::value(
+                func,
+                "num_layers",
+                format!("in 1..={total} (the policy's decoder layers)"),
+                n,
+            )),
+            (n, m) => Self::truncated(policy, n.unwrap_or(total), m, HeadLayout::Token, func),
+        }
     }
 
     /// A reward model starting from the first `layers` decoder layers of `policy` (copied),
@@ -898,7 +907,7 @@ mod tests {
             .collect();
         let silenced = CausalLm::from_tensors(c, silenced, DType::F32, &Device::Cpu).unwrap();
         let want = values(&ValueModel::from_policy_layers(&silenced, layers).unwrap());
-        let narrow = ValueModel::from_policy_narrowed(&p, layers, m).unwrap();
+        let narrow = ValueModel::from_policy_cut(&p, Some(layers), Some(m)).unwrap();
         let got = values(&narrow);
         assert!(
             got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-6),
@@ -924,7 +933,7 @@ mod tests {
         assert_eq!(values(&back), got);
         let _ = std::fs::remove_dir_all(&dir);
         for bad in [0, 13] {
-            let e = ValueModel::from_policy_narrowed(&p, 1, bad)
+            let e = ValueModel::from_policy_cut(&p, Some(1), Some(bad))
                 .err()
                 .unwrap()
                 .to_string();

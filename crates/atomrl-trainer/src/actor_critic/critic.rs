@@ -65,8 +65,8 @@ impl Critic {
     /// The critic of `args` for `policy`: a copy of the policy's transformer (its first
     /// `critic.num_layers` layers, its MLPs cut to `critic.intermediate_size` neurons) with a
     /// zero head, or `critic.model`'s weights; with `[lora]`, adapters of its own; the
-    /// policy's compute dtype and gradient checkpointing. With `critic.share_backbone`, a zero head on the
-    /// policy's own transformer (only the head is this critic's to train).
+    /// policy's compute dtype and gradient checkpointing. With `critic.share_backbone`, a zero
+    /// head on the policy's own transformer (only the head is this critic's to train).
     pub fn new(args: &GRPOArgs, policy: &CausalLm) -> Result<Self> {
         let settings = args.critic();
         let lr = settings
@@ -78,7 +78,10 @@ impl Critic {
         } else {
             let mut model = match (&settings.model, settings.num_layers) {
                 (Some(dir), _) => load_critic(dir, policy)?,
-                (None, layers) => copy_of_policy(policy, layers, settings.intermediate_size)?,
+                (None, layers) => {
+                    ValueModel::from_policy_cut(policy, layers, settings.intermediate_size)
+                        .map_err(|e| e.in_table("critic"))?
+                }
             };
             if let Some(l) = &args.lora {
                 // Its own seed: the critic's adapters do not start as the actor's.
@@ -224,35 +227,6 @@ impl Critic {
 
 /// The critic in folder (or hub id) `dir`, checked against the policy: the same vocabulary
 /// (the critic reads the policy's tokens).
-/// A critic copied from `policy`: its first `layers` decoder layers, each MLP cut to
-/// `intermediate_size` neurons, a zero head; a size the policy lacks is an error naming the
-/// key.
-fn copy_of_policy(
-    policy: &CausalLm,
-    layers: Option<usize>,
-    intermediate_size: Option<usize>,
-) -> Result<ValueModel> {
-    let config = policy.config();
-    let n = layers.unwrap_or(config.num_hidden_layers);
-    if n == 0 || n > config.num_hidden_layers {
-        return Err(crate::runtime::layers_error("critic.num_layers", policy, n));
-    }
-    match intermediate_size {
-        None if layers.is_none() => ValueModel::from_policy(policy),
-        None => ValueModel::from_policy_layers(policy, n),
-        Some(m) if m == 0 || m > config.intermediate_size => Err(Error::value(
-            "config",
-            "critic.intermediate_size",
-            format!(
-                "in 1..={} (the policy's MLP width)",
-                config.intermediate_size
-            ),
-            m,
-        )),
-        Some(m) => ValueModel::from_policy_narrowed(policy, n, m),
-    }
-}
-
 fn load_critic(dir: &str, policy: &CausalLm) -> Result<ValueModel> {
     let path = crate::runtime::resolve_model_dir(dir)?;
     let critic = ValueModel::from_hf_dir(&path, policy.device())?;
