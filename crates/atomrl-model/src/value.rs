@@ -161,10 +161,10 @@ impl ValueModel {
     /// let critic = ValueModel::from_policy_cut(&policy, Some(1), Some(8))?;
     /// let c = critic.backbone().config();
     /// assert_eq!((c.num_hidden_layers, c.intermediate_size), (1, 8));
-    /// let e = ValueModel::from_policy_cut(&policy, None, Some(33)).unwrap_err().to_string();
-    /// assert!(e.contains("`intermediate_size`") && e.contains("1..=32"), "{e}");
-    /// let e = ValueModel::from_policy_cut(&policy, Some(4), None).unwrap_err().to_string();
-    /// assert!(e.contains("`num_layers`") && e.contains("1..=3"), "{e}");
+    /// let wide = ValueModel::from_policy_cut(&policy, None, Some(33));
+    /// assert!(wide.is_err_and(|e| e.to_string().contains("`intermediate_size` must be in 1..=32")));
+    /// let deep = ValueModel::from_policy_cut(&policy, Some(4), None);
+    /// assert!(deep.is_err_and(|e| e.to_string().contains("`num_layers` must be in 1..=3")));
     /// # Ok::<(), atomrl_core::Error>(())
     /// ```
     pub fn from_policy_cut(
