@@ -133,7 +133,7 @@ impl ValueModel {
     pub fn from_policy_layers(policy: &CausalLm, layers: usize) -> Result<Self> {
         Self::truncated(
             policy,
-            layers,
+            ("layers", layers),
             None,
             HeadLayout::Token,
             "ValueModel::from_policy_layers",
@@ -176,13 +176,13 @@ impl ValueModel {
         let total = policy.config().num_hidden_layers;
         match (num_layers, intermediate_size) {
             (None, None) => Self::from_policy(policy),
-            (Some(n), _) if n == 0 || n > total => Err(Error::value(
+            (n, m) => Self::truncated(
+                policy,
+                ("num_layers", n.unwrap_or(total)),
+                m,
+                HeadLayout::Token,
                 func,
-                "num_layers",
-                format!("in 1..={total} (the policy's decoder layers)"),
-                n,
-            )),
-            (n, m) => Self::truncated(policy, n.unwrap_or(total), m, HeadLayout::Token, func),
+            ),
         }
     }
 
@@ -206,16 +206,17 @@ impl ValueModel {
     pub fn reward_model_from_policy_layers(policy: &CausalLm, layers: usize) -> Result<Self> {
         Self::truncated(
             policy,
-            layers,
+            ("layers", layers),
             None,
             HeadLayout::Sequence,
             "ValueModel::reward_model_from_policy_layers",
         )
     }
 
+    /// `layers`: the argument's name in the caller's errors, and its value.
     fn truncated(
         policy: &CausalLm,
-        layers: usize,
+        (layers_arg, layers): (&str, usize),
         intermediate_size: Option<usize>,
         layout: HeadLayout,
         func: &'static str,
@@ -225,7 +226,7 @@ impl ValueModel {
         if layers == 0 || layers > total {
             return Err(Error::value(
                 func,
-                "layers",
+                layers_arg,
                 format!("in 1..={total} (the policy's decoder layers)"),
                 layers,
             ));
@@ -722,9 +723,6 @@ impl ValueModel {
     }
 }
 
-/// The backbone's configuration of the model in `dir` (its `config.json` read as the causal
-/// LM of the same architecture: `Qwen2ForTokenClassification` → `Qwen2ForCausalLM`) and the
-/// head layout its class names.
 /// The dimension that indexes an MLP's neurons in the weight `name`: the rows of `gate_proj`
 /// and `up_proj`, the columns of `down_proj`; `None` for every other weight (LoRA adapters
 /// are added after the cut, so none is among them).
@@ -738,6 +736,9 @@ fn mlp_neuron_dim(name: &str) -> Option<usize> {
     }
 }
 
+/// The backbone's configuration of the model in `dir` (its `config.json` read as the causal
+/// LM of the same architecture: `Qwen2ForTokenClassification` → `Qwen2ForCausalLM`) and the
+/// head layout its class names.
 fn critic_config(dir: &Path) -> Result<(crate::ModelConfig, HeadLayout)> {
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path).map_err(|e| Error::file(path.display(), e))?;
@@ -799,6 +800,17 @@ mod tests {
             .all(|(_, var)| grads.get(var.as_tensor()).is_none()));
     }
 
+    /// `m`'s values on `input` under the head weight `w` (bias 0), flattened.
+    fn head_values(m: &ValueModel, w: &Tensor, input: &ForwardInput) -> Vec<f32> {
+        m.weight.set(w).unwrap();
+        m.values(input)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap()
+    }
+
     /// A critic from the first `k` of 3 layers computes what the policy's first `k` layers
     /// and final norm compute (the head on those states), holds no weight of the later
     /// layers, and saves and loads back with `num_hidden_layers = k` and the same values;
@@ -811,15 +823,7 @@ mod tests {
         let input = ForwardInput::new(ids);
         let w: Vec<f32> = (0..8).map(|i| (i as f32 - 3.5) / 4.0).collect();
         let w = Tensor::from_vec(w, (1, 8), &Device::Cpu).unwrap();
-        let values = |m: &ValueModel| -> Vec<f32> {
-            m.weight.set(&w).unwrap();
-            m.values(&input)
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .to_vec1()
-                .unwrap()
-        };
+        let values = |m: &ValueModel| head_values(m, &w, &input);
         let whole = values(&ValueModel::from_policy(&p).unwrap());
         assert_eq!(
             values(&ValueModel::from_policy_layers(&p, 3).unwrap()),
@@ -879,15 +883,7 @@ mod tests {
         let input = ForwardInput::new(ids);
         let w: Vec<f32> = (0..8).map(|i| (i as f32 - 3.5) / 4.0).collect();
         let w = Tensor::from_vec(w, (1, 8), &Device::Cpu).unwrap();
-        let values = |m: &ValueModel| -> Vec<f32> {
-            m.weight.set(&w).unwrap();
-            m.values(&input)
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .to_vec1()
-                .unwrap()
-        };
+        let values = |m: &ValueModel| head_values(m, &w, &input);
         let (m, layers) = (5, 2);
         let silenced = p
             .named_vars()
