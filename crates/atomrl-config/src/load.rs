@@ -395,23 +395,22 @@ mod tests {
                 .critic()
                 .share_backbone
         );
-        o.push("critic.actor_skip_flat_groups=true".into());
-        let e = load_args(None, Some(Recipe::Ppo), &o)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("`critic.actor_skip_flat_groups`"), "{e}");
-        o.pop();
-        o.push("critic.num_layers=2".into());
-        let e = load_args(None, Some(Recipe::Ppo), &o)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("`critic.num_layers`"), "{e}");
-        o.pop();
-        o.push("critic.intermediate_size=64".into());
-        let e = load_args(None, Some(Recipe::Ppo), &o)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("`critic.intermediate_size`"), "{e}");
+        // Each of these contradicts a shared head.
+        for (set, key) in [
+            (
+                "critic.actor_skip_flat_groups=true",
+                "`critic.actor_skip_flat_groups`",
+            ),
+            ("critic.num_layers=2", "`critic.num_layers`"),
+            ("critic.intermediate_size=64", "`critic.intermediate_size`"),
+        ] {
+            o.push(set.into());
+            let e = load_args(None, Some(Recipe::Ppo), &o)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{set}: {e}");
+            o.pop();
+        }
         // A KL in the reward leaves the loss without one, and needs the old log-probs.
         let mut o = base();
         o.extend([
