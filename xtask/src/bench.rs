@@ -12,7 +12,8 @@
 //! `--prompt-len` prompt, in micro-batches of `--micro-batch` rows: forward and backward
 //! through `atomrl_logprob::get_action_log_probs` and `atomrl_loss::compute_policy_loss`
 //! (gradients summed over micro-batches), global-norm clipping and the trainer's AdamW on f32
-//! master weights. One untimed warm-up step first.
+//! master weights. One untimed warm-up step first, then `--train-steps` timed steps: the
+//! figure (and `--profile`'s phases) are the median step's; the JSON keeps every step's time.
 //!
 //! Profile (`--profile`): the same measurements with the phases of [`atomrl_core::profile`]
 //! on: each phase's time with the device synchronised at its boundaries, and the tensor
@@ -99,6 +100,10 @@ pub struct BenchArgs {
     /// Skip the training step.
     #[arg(long)]
     pub skip_train: bool,
+    /// Timed training steps after the warm-up: the figure is their median (a shared machine
+    /// moves single steps by up to ±20%), and every step's time is printed and kept.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub train_steps: u64,
     /// Time and count the phases of each measurement (decode step, forward and backward per
     /// decoder layer, LM head, gradient clipping, optimizer...): see the module docs.
     #[arg(long)]
@@ -440,17 +445,22 @@ fn train(m: &CausalLm, a: &BenchArgs, workers: usize, dev: &Device) -> Result<Va
     let mem = PeakMemory::start(dev);
     train_step(m, workers, &mut opt, &batch, a)?; // warm-up
     dev.synchronize()?;
-    profile::reset();
-    let t = Instant::now();
-    let loss = train_step(m, workers, &mut opt, &batch, a)?;
-    dev.synchronize()?;
-    let secs = t.elapsed().as_secs_f64();
-    let phases = profile::report();
-    let peak = mem.finish();
-    print!("{}", profile::format_table("the training step", &phases));
-    if !loss.is_finite() {
-        bail!("non-finite loss {loss}");
+    let mut timed = Vec::new();
+    for _ in 0..a.train_steps {
+        profile::reset();
+        let t = Instant::now();
+        let loss = train_step(m, workers, &mut opt, &batch, a)?;
+        dev.synchronize()?;
+        let secs = t.elapsed().as_secs_f64();
+        if !loss.is_finite() {
+            bail!("non-finite loss {loss}");
+        }
+        timed.push((secs, (loss, profile::report())));
     }
+    let peak = mem.finish();
+    let each: Vec<f64> = timed.iter().map(|(secs, _)| *secs).collect();
+    let (secs, (loss, phases)) = median_by_time(timed).context("no training step was timed")?;
+    print!("{}", profile::format_table("the training step", &phases));
     let tokens = (rows * l) as f64;
     Ok(json!({
         "rows": rows,
@@ -458,6 +468,7 @@ fn train(m: &CausalLm, a: &BenchArgs, workers: usize, dev: &Device) -> Result<Va
         "micro_batch": a.micro_batch,
         "workers": workers,
         "step_s": secs,
+        "step_s_each": each,
         "tokens_per_s": tokens / secs,
         "loss": loss,
         "peak_memory_bytes": peak,
@@ -468,6 +479,29 @@ fn train(m: &CausalLm, a: &BenchArgs, workers: usize, dev: &Device) -> Result<Va
 /// The phases as JSON rows (empty when profiling is off).
 fn profile_json(phases: &[profile::PhaseStats]) -> Value {
     json!(phases)
+}
+
+/// The entry of `timed` with the median time (the upper one of an even count), with what was
+/// measured with it; `None` when `timed` is empty.
+fn median_by_time<T>(mut timed: Vec<(f64, T)>) -> Option<(f64, T)> {
+    timed.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let mid = timed.len() / 2;
+    (mid < timed.len()).then(|| timed.swap_remove(mid))
+}
+
+/// `  (median of 3: 1.010, 1.500, 1.030 s)`, every timed step in order, when there were several.
+fn steps_note(each: &Value) -> String {
+    let each: Vec<String> = each
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_f64)
+        .map(|s| format!("{s:.3}"))
+        .collect();
+    if each.len() < 2 {
+        return String::new();
+    }
+    format!("  (median of {}: {} s)", each.len(), each.join(", "))
 }
 
 fn gib(bytes: &Value) -> String {
@@ -633,12 +667,13 @@ pub fn run(a: &BenchArgs) -> Result<()> {
             let r = train(&m, a, plan.workers, &device)
                 .with_context(|| format!("training step {name}"))?;
             println!(
-                "train  {name:>4} {} × {}: {:>8.3} s/step  {:>10.1} tok/s  peak {} GiB",
+                "train  {name:>4} {} × {}: {:>8.3} s/step  {:>10.1} tok/s  peak {} GiB{}",
                 a.train_rows,
                 a.prompt_len + a.completion_len,
                 r["step_s"].as_f64().unwrap_or(0.0),
                 r["tokens_per_s"].as_f64().unwrap_or(0.0),
                 gib(&r["peak_memory_bytes"]),
+                steps_note(&r["step_s_each"]),
             );
             r
         };
@@ -671,8 +706,28 @@ pub fn run(a: &BenchArgs) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::fill_cores;
+    use super::{fill_cores, median_by_time, steps_note};
     use atomrl_trainer::runtime::CpuPlan;
+    use serde_json::json;
+
+    #[test]
+    fn the_median_step_keeps_its_own_measurements() {
+        let timed = vec![(1.5, "slow"), (1.0, "fast"), (1.2, "middle")];
+        assert_eq!(median_by_time(timed), Some((1.2, "middle")));
+        // An even count takes the upper of the two middle steps.
+        let timed = vec![(0.9, 'a'), (1.1, 'b'), (1.0, 'c'), (2.0, 'd')];
+        assert_eq!(median_by_time(timed), Some((1.1, 'b')));
+        assert_eq!(median_by_time(Vec::<(f64, ())>::new()), None);
+    }
+
+    #[test]
+    fn several_steps_are_listed_after_their_median() {
+        assert_eq!(steps_note(&json!([1.0])), "");
+        assert_eq!(
+            steps_note(&json!([1.01, 1.5, 1.03])),
+            "  (median of 3: 1.010, 1.500, 1.030 s)"
+        );
+    }
 
     #[test]
     fn fewer_micro_batches_than_workers_get_the_idle_workers_threads() {

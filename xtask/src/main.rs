@@ -47,8 +47,9 @@ enum Task {
     /// Write a dataset spec's train and held-out splits as JSONL (e.g. the synthetic problems,
     /// for `xtask/fixtures/trl_grpo_learning.py`).
     Data(DataArgs),
-    /// Check the size limits of the training step's crates: atomrl-trainer at most 3,000
-    /// non-test lines, no function of the trainer, rollouts or sampler over 80 lines.
+    /// Check the size limits of the training step's crates: atomrl-trainer's non-test lines
+    /// (at most the budget in xtask/src/size.rs), no function of the trainer, rollouts or
+    /// sampler over 80 lines.
     Size,
     /// Time the dashboard opening a large run and comparing many (HTTP, cold and warm).
     DashboardBench(dashboard_bench::DashboardBenchArgs),

@@ -313,14 +313,14 @@ pub struct GRPOArgs {
     #[serde(default)]
     pub attention_scores_budget: Option<usize>,
     /// Compute threads of each tensor op (0 = chosen from the model size and the cores: see
-    /// [`crate::runtime::cpu_plan`]).
+    /// `atomrl_trainer::runtime::cpu_plan`).
     pub threads: usize,
     /// CPU data-parallel workers: the rollouts, the evaluation and each update's micro-batches
     /// are split into this many shards that run at once on their own threads (gradients summed
     /// in shard order, so a run is deterministic for a given count). 0 (the default) chooses:
-    /// one worker per core of one thread each for models up to
-    /// [`crate::runtime::WORKERS_MAX_PARAMS`] parameters, one worker using every core above
-    /// (see [`crate::runtime::cpu_plan`]); a GPU run keeps a single worker. The sampling seed
+    /// one worker per core of one thread each for models up to 100 M parameters, two workers
+    /// sharing the cores up to 1 B, one worker using every core above
+    /// (`atomrl_trainer::runtime::cpu_plan`); a GPU run keeps a single worker. The sampling seed
     /// of a shard depends on the count, so runs with different counts draw different
     /// completions.
     #[serde(default)]

@@ -29,6 +29,7 @@ pub mod allocator;
 pub mod cblas;
 pub mod chat;
 pub mod compare;
+pub mod cpu_plan;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;

@@ -57,78 +57,11 @@ pub fn write_profile(output_dir: &std::path::Path) -> Result<String> {
     Ok(atomrl_core::profile::format_table("the run", &phases))
 }
 
-/// Models up to this many parameters train on the CPU with data-parallel workers of one
-/// thread each; larger ones with one worker whose ops use every core. Small models' ops are
-/// too short to share between threads (candle splits one op at a time and waits at a barrier
-/// after it), so whole micro-batches per core win: at the 4m shape on 2 cores, 2 workers × 1
-/// thread ran a training step in 0.57 s against 1.03 s for 1 worker × 2 threads. From a few
-/// hundred million parameters the ops are long enough to split well, and a second worker
-/// would double the activation memory (docs/performance.md has the figures).
-pub const WORKERS_MAX_PARAMS: usize = 100_000_000;
-
-/// How a CPU run spreads over the cores: data-parallel `workers`, each op on `threads`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CpuPlan {
-    /// Compute threads of each tensor op (candle's thread pools).
-    pub threads: usize,
-    /// Data-parallel workers (see [`crate::parallel`]).
-    pub workers: usize,
-}
-
-/// The CPU plan for a model of `num_params` parameters on this machine's cores; a non-zero
-/// `threads` or `workers` is kept as given (0 = choose). See [`WORKERS_MAX_PARAMS`] for the
-/// rule and [`cpu_plan_for`] for it with the core count given.
-pub fn cpu_plan(num_params: usize, threads: usize, workers: usize) -> CpuPlan {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    cpu_plan_for(num_params, cores, threads, workers)
-}
-
-/// [`cpu_plan`] on `cores` cores.
-///
-/// ```
-/// use atomrl_trainer::runtime::{cpu_plan_for, CpuPlan};
-/// // The embedded 1M-parameter model on 2 cores: two workers of one thread.
-/// assert_eq!(cpu_plan_for(1_000_000, 2, 0, 0), CpuPlan { threads: 1, workers: 2 });
-/// // Qwen2.5-0.5B: one worker on every core.
-/// assert_eq!(cpu_plan_for(494_000_000, 2, 0, 0), CpuPlan { threads: 2, workers: 1 });
-/// // Given values are kept; the other one fills the cores.
-/// assert_eq!(cpu_plan_for(1_000_000, 8, 0, 2), CpuPlan { threads: 4, workers: 2 });
-/// ```
-pub fn cpu_plan_for(num_params: usize, cores: usize, threads: usize, workers: usize) -> CpuPlan {
-    let cores = cores.max(1);
-    let small = num_params <= WORKERS_MAX_PARAMS;
-    let workers = match (workers, threads) {
-        (0, 0) if small => cores,
-        (0, 0) => 1,
-        (0, t) if small => (cores / t).max(1),
-        (0, _) => 1,
-        (w, _) => w,
-    };
-    let threads = if threads == 0 {
-        (cores / workers).max(1)
-    } else {
-        threads
-    };
-    CpuPlan { threads, workers }
-}
-
-/// Chooses the CPU plan for a model of `num_params` parameters (see [`cpu_plan`]) and sets its
-/// thread count for candle (see [`set_threads`]). Call before any tensor work: candle sizes
-/// its thread pools on first use. `atomrl-train`, the examples and the benches call it; a
-/// library user building a [`crate::Trainer`] directly calls it first to get the same speed.
-pub fn apply_cpu_plan(num_params: usize, threads: usize, workers: usize) -> CpuPlan {
-    let plan = cpu_plan(num_params, threads, workers);
-    set_threads(plan.threads);
-    plan
-}
-
-/// Sets the number of CPU compute threads (candle reads `RAYON_NUM_THREADS` when its thread
-/// pool starts); 0 leaves the default (all cores). Call before any tensor work.
-pub fn set_threads(threads: usize) {
-    if threads > 0 && std::env::var_os("RAYON_NUM_THREADS").is_none() {
-        std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
-    }
-}
+/// How a CPU run spreads over the cores (see [`atomrl_core::cpu_plan`]).
+pub use atomrl_core::cpu_plan::{
+    apply_cpu_plan, cpu_plan, cpu_plan_for, set_threads, CpuPlan, TWO_WORKERS_MAX_PARAMS,
+    WORKERS_MAX_PARAMS,
+};
 
 /// The local folder of a model: `model` itself when it is a folder, else the hub id
 /// `org/name[@revision]` from the hub cache, downloaded first when the cache lacks it (the
