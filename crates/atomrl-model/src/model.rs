@@ -755,13 +755,15 @@ impl CausalLm {
     /// This view with each projection's weight also kept transposed, when the copies take at
     /// most [`TRANSPOSED_WEIGHTS_MAX_BYTES`]: a decode step's products then skip gemm's copy of
     /// each weight (`linear.rs`, `TRANSPOSED_ROWS`; equal up to float rounding). The embedded
-    /// GRPO run's sampling is ~20% faster (docs/performance.md, item 14). Larger models keep
-    /// the plain view, whose decoding needs no memory beyond the weights.
+    /// GRPO run's sampling is ~20% faster (docs/performance.md, item 14). Larger models,
+    /// whose copies would cost gigabytes, compute those products as `(W · xᵀ)ᵀ` instead
+    /// (item 23), with no memory beyond the weights.
     fn with_transposed_weights(mut self) -> Self {
-        if self.net.projection_bytes() > TRANSPOSED_WEIGHTS_MAX_BYTES {
-            return self;
-        }
-        self.net = self.net.with_transposed_weights();
+        self.net = if self.net.projection_bytes() > TRANSPOSED_WEIGHTS_MAX_BYTES {
+            self.net.with_transposed_products()
+        } else {
+            self.net.with_transposed_weights()
+        };
         self
     }
 

@@ -76,6 +76,7 @@ fn linear(src: &dyn TensorSource, module: &str, bias: bool) -> Result<Linear> {
         frozen: src.frozen(),
         lora: src.lora(module)?,
         weight_t: None,
+        product_t: false,
     })
 }
 
@@ -524,6 +525,7 @@ impl Network {
                 frozen: src.frozen(),
                 lora: None,
                 weight_t: None,
+                product_t: false,
             },
             eps: c.rms_norm_eps,
             hidden: c.hidden_size,
@@ -647,6 +649,20 @@ impl Network {
             }
         }
         net.lm_head.keep_transposed();
+        net
+    }
+
+    /// The network with every projection's few-row products computed as `(W · xᵀ)ᵀ`
+    /// ([`Linear::transpose_products`]): the decode steps' products skip gemm's copy of each
+    /// weight without a transposed copy of it. Only for a view for decoding.
+    pub fn with_transposed_products(&self) -> Self {
+        let mut net = self.clone();
+        for layer in &mut net.layers {
+            for linear in layer.linears_mut() {
+                linear.transpose_products();
+            }
+        }
+        net.lm_head.transpose_products();
         net
     }
 

@@ -183,6 +183,21 @@ pub fn static_decode_op_times(
             format!("lm head [{rows}, {hid}] x [{hid}, {}]", c.vocab_size),
             Box::new(|| x.matmul(&head.t()?)),
         ),
+        (
+            format!("matmul gate/up as (W · xᵀ)ᵀ [{inter}, {hid}] x [{hid}, {rows}]"),
+            Box::new(|| crate::linear::transposed_copy(&wg.matmul(&x.t()?)?)),
+        ),
+        (
+            format!("matmul down as (W · gᵀ)ᵀ [{hid}, {inter}] x [{inter}, {rows}]"),
+            Box::new(|| crate::linear::transposed_copy(&wd.matmul(&g.t()?)?)),
+        ),
+        (
+            format!(
+                "lm head as (W · xᵀ)ᵀ [{}, {hid}] x [{hid}, {rows}]",
+                c.vocab_size
+            ),
+            Box::new(|| crate::linear::transposed_copy(&head.matmul(&x.t()?)?)),
+        ),
     ];
     let reps = reps.max(1);
     let mut out = Vec::with_capacity(ops.len());
