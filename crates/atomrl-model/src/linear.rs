@@ -187,8 +187,9 @@ impl Linear {
     /// Lets products that gain from it run as `(W · xᵀ)ᵀ` ([`Linear::product_t`]) instead: the
     /// row-major weight is gemm's left operand as it is, and only the small `[out, rows]`
     /// result is transposed back. No memory beyond the result, so it suits weights too large
-    /// to copy. Qwen2.5-0.5B, 64 rows, 2-core Intel Xeon (`xtask bench --decode-ops`): gate/up
-    /// 11.2 → 3.7 ms, down 14.3 → 3.8 ms, LM head 260 → 150 ms before the transpose back.
+    /// to copy. Qwen2.5-0.5B, 64 rows, 2-core Intel Xeon (`xtask bench --decode-ops`, the
+    /// transpose back included): gate/up 5.60 → 3.86 ms, down 9.89 → 3.93 ms, LM head 242.9 →
+    /// 172.6 ms (docs/performance.md item 23).
     pub fn transpose_products(&mut self) {
         self.product_t = true;
     }
