@@ -642,27 +642,25 @@ impl Network {
     /// weight first. Up to a copy of every projection weight; only for a network whose weights
     /// no longer change (a view for decoding).
     pub fn with_transposed_weights(&self) -> Self {
-        let mut net = self.clone();
-        for layer in &mut net.layers {
-            for linear in layer.linears_mut() {
-                linear.keep_transposed();
-            }
-        }
-        net.lm_head.keep_transposed();
-        net
+        self.with_each_projection(Linear::keep_transposed)
     }
 
     /// The network with every projection's few-row products computed as `(W · xᵀ)ᵀ`
     /// ([`Linear::transpose_products`]): the decode steps' products skip gemm's copy of each
     /// weight without a transposed copy of it. Only for a view for decoding.
     pub fn with_transposed_products(&self) -> Self {
+        self.with_each_projection(Linear::transpose_products)
+    }
+
+    /// A copy of the network with `f` applied to every projection, the LM head's included.
+    fn with_each_projection(&self, f: impl Fn(&mut Linear)) -> Self {
         let mut net = self.clone();
         for layer in &mut net.layers {
             for linear in layer.linears_mut() {
-                linear.transpose_products();
+                f(linear);
             }
         }
-        net.lm_head.transpose_products();
+        f(&mut net.lm_head);
         net
     }
 
