@@ -97,7 +97,9 @@ pub struct BenchArgs {
     /// Skip the decode measurements.
     #[arg(long)]
     pub skip_decode: bool,
-    /// Skip the training step.
+    /// Skip the training step; decoding then runs as `atomrl-infer` runs it, one decoder on
+    /// every core (unless `--threads` or `--workers` is given), not on a training worker's
+    /// threads.
     #[arg(long)]
     pub skip_train: bool,
     /// Timed training steps after the warm-up: the figure is their median (a shared machine
@@ -526,7 +528,13 @@ pub fn run(a: &BenchArgs) -> Result<()> {
             workers: 1,
         }
     };
-    let plan = if a.device.is_cpu() && !a.skip_train && a.workers == 0 {
+    let plan = if a.device.is_cpu() && a.skip_train && a.workers == 0 && a.threads == 0 {
+        // Decoding alone is one decoder, as `atomrl-infer` runs it: every core on each op.
+        atomrl_trainer::runtime::CpuPlan {
+            threads: plan.threads * plan.workers,
+            workers: 1,
+        }
+    } else if a.device.is_cpu() && !a.skip_train && a.workers == 0 {
         let micro_batches = a.train_rows.div_ceil(a.micro_batch.max(1));
         let filled = fill_cores(plan, micro_batches);
         if filled != plan {

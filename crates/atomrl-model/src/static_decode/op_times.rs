@@ -84,7 +84,7 @@ pub fn static_decode_op_times(
     };
     let eps = c.rms_norm_eps;
     type Op<'a> = Box<dyn Fn() -> candle_core::Result<Tensor> + 'a>;
-    let ops: Vec<(String, Op<'_>)> = vec![
+    let mut ops: Vec<(String, Op<'_>)> = vec![
         (
             format!("rms_norm [{rows}, {hid}]"),
             Box::new(|| crate::ops::rms_norm(&x, &norm_w, eps, true)),
@@ -199,6 +199,27 @@ pub fn static_decode_op_times(
             Box::new(|| crate::linear::transposed_copy(&head.matmul(&x.t()?)?)),
         ),
     ];
+    if rows == 1
+        && crate::kernels::row_split_gemv(&x, &head)
+            .ctx(func)?
+            .is_some()
+    {
+        ops.push((
+            format!("matmul gate/up, rows split over threads [1, {hid}] x [{hid}, {inter}]"),
+            Box::new(|| split_product(&x, &wg)),
+        ));
+        ops.push((
+            format!("matmul down, rows split over threads [1, {inter}] x [{inter}, {hid}]"),
+            Box::new(|| split_product(&g, &wd)),
+        ));
+        ops.push((
+            format!(
+                "lm head, rows split over threads [1, {hid}] x [{hid}, {}]",
+                c.vocab_size
+            ),
+            Box::new(|| split_product(&x, &head)),
+        ));
+    }
     let reps = reps.max(1);
     let mut out = Vec::with_capacity(ops.len());
     for (name, op) in ops {
@@ -206,6 +227,14 @@ pub fn static_decode_op_times(
         out.push((name, us));
     }
     Ok(out)
+}
+
+/// `a [1, in] · Wᵀ` as [`crate::linear::Linear`] computes one row on several CPU threads.
+fn split_product(a: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
+    match crate::kernels::row_split_gemv(a, w)? {
+        Some(y) => Ok(y),
+        None => a.matmul(&w.t()?),
+    }
 }
 
 /// Microseconds per call of `op`: on CUDA, a graph of `reps` calls replayed (after one warm
