@@ -91,7 +91,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub attention_scores_budget: Option<usize>,
     /// Memory bandwidth in GB/s for the decode bound (default: 3350, an H100 SXM's HBM3, on
-    /// CUDA; 20 on the CPU).
+    /// CUDA; on the CPU, measured: every core reading a 1 GiB buffer, the fastest of 3 passes).
     #[arg(long)]
     pub bandwidth_gbs: Option<f64>,
     /// Skip the decode measurements.
@@ -563,9 +563,12 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     atomrl_trainer::runtime::set_threads(plan.threads);
     profile::enable(a.profile);
     let device = a.device.open()?;
-    let bandwidth = 1e9
-        * a.bandwidth_gbs
-            .unwrap_or(if device.is_cuda() { 3350.0 } else { 20.0 });
+    let (bandwidth, bandwidth_source) = match a.bandwidth_gbs {
+        Some(gbs) => (gbs * 1e9, "given"),
+        None if device.is_cuda() => (3350e9, "an H100 SXM's HBM3"),
+        None if a.skip_decode => (20e9, "assumed"),
+        None => (crate::read_bandwidth::cpu_read_bandwidth()?, "measured"),
+    };
     let mem_kind = if device.is_cuda() {
         "GPU memory (nvidia-smi)"
     } else {
@@ -574,7 +577,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     println!(
         "AtomRL bench: shape {} ({:.1} M parameters), device {}, prompt {}, decode {} new \
          tokens, train {} × {} in micro-batches of {}{}; {} worker(s) of {} thread(s); bandwidth \
-         bound at {:.0} GB/s; memory = peak {mem_kind}; CPU: {}; f32 CPU matmuls: {}",
+         bound at {:.1} GB/s ({bandwidth_source}); memory = peak {mem_kind}; CPU: {}; f32 CPU matmuls: {}",
         a.shape,
         config.num_parameters() as f64 / 1e6,
         a.device,
@@ -696,6 +699,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
             "prompt_len": a.prompt_len,
             "new_tokens": a.new_tokens,
             "bandwidth_gbs": bandwidth / 1e9,
+            "bandwidth_source": bandwidth_source,
             "gradient_checkpointing": a.gradient_checkpointing,
             "attention_scores_budget": a
                 .attention_scores_budget

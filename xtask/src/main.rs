@@ -16,6 +16,7 @@ mod dashboard_bench;
 mod device_check;
 mod hub_serve;
 mod matmul_bench;
+mod read_bandwidth;
 mod size;
 mod tiny_model;
 
