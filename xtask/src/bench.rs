@@ -567,7 +567,10 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         Some(gbs) => (gbs * 1e9, "given"),
         None if device.is_cuda() => (3350e9, "an H100 SXM's HBM3"),
         None if a.skip_decode => (20e9, "assumed"),
-        None => (crate::read_bandwidth::cpu_read_bandwidth()?, "measured"),
+        None => (
+            crate::read_bandwidth::cpu_read_bandwidth_in_child()?,
+            "measured",
+        ),
     };
     let mem_kind = if device.is_cuda() {
         "GPU memory (nvidia-smi)"

@@ -54,6 +54,10 @@ enum Task {
     Size,
     /// Time the dashboard opening a large run and comparing many (HTTP, cold and warm).
     DashboardBench(dashboard_bench::DashboardBenchArgs),
+    /// Print the CPU's memory read bandwidth in bytes a second (`bench` runs it as a child
+    /// process, so that the 1 GiB it reads never counts in the bench's peak memory).
+    #[command(hide = true)]
+    ReadBandwidth,
     /// Serve a local stand-in of the Hugging Face Hub (the fixture model, single-file and
     /// sharded, and a GSM8K-format dataset) to try downloads offline: set `HF_ENDPOINT` to it.
     HubServe(hub_serve::HubServeArgs),
@@ -135,6 +139,10 @@ fn main() -> Result<()> {
         Task::Charts(args) => charts(&args),
         Task::DashboardBench(args) => dashboard_bench::run(&args),
         Task::HubServe(args) => hub_serve::run(&args).map(|_| ()),
+        Task::ReadBandwidth => {
+            println!("{}", read_bandwidth::cpu_read_bandwidth()?);
+            Ok(())
+        }
     }
 }
 

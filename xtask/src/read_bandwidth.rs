@@ -3,11 +3,34 @@
 //! A decode step reads every weight once, so its floor is the weights' bytes over the rate the
 //! cores can stream memory. That rate differs by machine (about 23 GB/s on the 2-core Intel
 //! Xeon of docs/performance.md, where a fixed 20 GB/s put batch 1 above 100% of its bound), so
-//! the bench measures it instead of assuming it.
+//! the bench measures it instead of assuming it, in a child process.
 
 use std::time::Instant;
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
+
+/// [`cpu_read_bandwidth`] measured by a child process (`xtask read-bandwidth`): the AtomRL
+/// binaries never give memory back to the OS (`atomrl_core::allocator::tune_allocator`), so
+/// the 1 GiB buffer read in this process would stay in its resident set and in the bench's
+/// peak memory.
+pub fn cpu_read_bandwidth_in_child() -> Result<f64> {
+    let exe = std::env::current_exe().context("finding the xtask binary")?;
+    let out = std::process::Command::new(&exe)
+        .arg("read-bandwidth")
+        .output()
+        .with_context(|| format!("running {} read-bandwidth", exe.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(anyhow!(
+            "{} read-bandwidth failed: {}",
+            exe.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    text.trim()
+        .parse()
+        .with_context(|| format!("reading the bandwidth from {:?}", text.trim()))
+}
 
 /// Bytes read per pass: more than a large server's last-level cache (300 MiB on that Xeon), so
 /// the reads come from memory.
