@@ -197,10 +197,11 @@ impl Linear {
     /// `x2 [rows, in] · Wᵀ` from [`Linear::weight_t`] or as [`Linear::product_t`] says, where
     /// that is allowed and faster.
     fn transposed_product(&self, x2: &Tensor) -> Result<Option<Tensor>> {
-        if x2.dim(0)? == 1 && !x2.track_op() && !self.weight.track_op() {
+        let rows = x2.dim(0)?;
+        if rows == 1 && !x2.track_op() && !self.weight.track_op() {
             return crate::kernels::row_split_gemv(x2, &self.weight);
         }
-        if x2.track_op() || !TRANSPOSED_ROWS.contains(&x2.dim(0)?) {
+        if x2.track_op() || !TRANSPOSED_ROWS.contains(&rows) {
             return Ok(None);
         }
         if self.product_t && x2.device().is_cpu() {

@@ -43,22 +43,10 @@ fn block_count(out: usize, threads: usize) -> usize {
 /// threads; `None` where that does not apply (not a single f32 row on the CPU, one thread, a
 /// weight under 1 MiB), for the caller's plain product.
 pub(crate) fn row_split_gemv(x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
-    let threads = candle_core::utils::get_num_threads();
+    let Some(blocks) = split_blocks(x, w) else {
+        return Ok(None);
+    };
     let (out, inp) = w.dims2()?;
-    let applies = threads > 1
-        && x.device().is_cpu()
-        && w.device().is_cpu()
-        && x.dtype() == DType::F32
-        && w.dtype() == DType::F32
-        && x.dims() == [1, inp]
-        && out * inp >= MIN_WEIGHT_ELEMENTS;
-    if !applies {
-        return Ok(None);
-    }
-    let blocks = block_count(out, threads);
-    if blocks < 2 {
-        return Ok(None);
-    }
     let y = with_elements::<f32, _>(w, |w| {
         with_elements::<f32, _>(x, |x| {
             let mut y = vec![0f32; out];
@@ -77,6 +65,27 @@ pub(crate) fn row_split_gemv(x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
         })
     })?;
     Tensor::from_vec(y, (1, out), x.device()).map(Some)
+}
+
+/// Whether [`row_split_gemv`] splits `x · Wᵀ` rather than leaving it to the caller.
+pub(crate) fn splits_rows(x: &Tensor, w: &Tensor) -> bool {
+    split_blocks(x, w).is_some()
+}
+
+/// The blocks [`row_split_gemv`] splits `W`'s rows into (at least 2), or `None` where it
+/// does not apply.
+fn split_blocks(x: &Tensor, w: &Tensor) -> Option<usize> {
+    let threads = candle_core::utils::get_num_threads();
+    let (out, inp) = w.dims2().ok()?;
+    let applies = threads > 1
+        && x.device().is_cpu()
+        && w.device().is_cpu()
+        && x.dtype() == DType::F32
+        && w.dtype() == DType::F32
+        && x.dims() == [1, inp]
+        && out * inp >= MIN_WEIGHT_ELEMENTS;
+    let blocks = block_count(out, threads);
+    (applies && blocks >= 2).then_some(blocks)
 }
 
 /// `ys[r] = w[r·k .. (r+1)·k] · x` for each `r`, with `k = x.len()`, on this thread.
@@ -159,11 +168,11 @@ mod tests {
         let two_rows = Tensor::randn(0f32, 1.0, (2, 130), &dev).unwrap();
         assert!(row_split_gemv(&two_rows, &w).unwrap().is_none());
         let small = Tensor::randn(0f32, 1.0, (20, 130), &dev).unwrap();
+        assert!(row_split_gemv(&x, &small).unwrap().is_none());
         // A weight over the size bound with too few rows for two blocks.
         let few_rows = Tensor::randn(0f32, 1.0, (500, 600), &dev).unwrap();
         let wide_x = Tensor::randn(0f32, 1.0, (1, 600), &dev).unwrap();
         assert!(row_split_gemv(&wide_x, &few_rows).unwrap().is_none());
-        assert!(row_split_gemv(&x, &small).unwrap().is_none());
         let f64_w = w.to_dtype(DType::F64).unwrap();
         let f64_x = x.to_dtype(DType::F64).unwrap();
         assert!(row_split_gemv(&f64_x, &f64_w).unwrap().is_none());

@@ -32,7 +32,7 @@ mod swiglu;
 pub(crate) use attention_softmax::{attention_softmax, attention_softmax_backward, KeyMask};
 pub(crate) use decode::{add_rms_norm, swiglu_packed};
 pub use exp::exp_detached;
-pub(crate) use gemv::row_split_gemv;
+pub(crate) use gemv::{row_split_gemv, splits_rows};
 pub(crate) use rms_norm::{rms_norm, rms_norm_rounding_once};
 pub(crate) use rope::{rope, rope_fits};
 pub(crate) use swiglu::swiglu;

@@ -199,11 +199,7 @@ pub fn static_decode_op_times(
             Box::new(|| crate::linear::transposed_copy(&head.matmul(&x.t()?)?)),
         ),
     ];
-    if rows == 1
-        && crate::kernels::row_split_gemv(&x, &head)
-            .ctx(func)?
-            .is_some()
-    {
+    if crate::kernels::splits_rows(&x, &head) {
         ops.push((
             format!("matmul gate/up, rows split over threads [1, {hid}] x [{hid}, {inter}]"),
             Box::new(|| split_product(&x, &wg)),
