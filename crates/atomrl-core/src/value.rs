@@ -3,6 +3,8 @@
 //! JSON input is an object: tensors as nested arrays or `{"shape": [...], "data": [...]}`,
 //! options as plain values. JSON output is an object: each tensor as
 //! `{"shape": [...], "data": [flat row-major]}`, scalars as numbers, text as arrays of strings.
+//! Non-finite numbers are written as Python's `json.dumps` writes them (`NaN`, `Infinity`,
+//! `-Infinity`: [`Outputs::to_json_text`]), which is also what input parsing accepts.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -494,15 +496,73 @@ impl Outputs {
         self.items.iter().find(|(n, _)| n == name).map(|(_, v)| v)
     }
 
-    /// The JSON form: an object with one key per output.
+    /// The JSON form: an object with one key per output. A JSON value cannot hold NaN or an
+    /// infinity, so here they are `null`; [`Outputs::to_json_text`] keeps them.
+    ///
+    /// ```
+    /// use atomrl_core::value::Outputs;
+    /// let out = Outputs::new().scalar("loss", 0.5).to_json()?;
+    /// assert_eq!(out["loss"], 0.5);
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
     pub fn to_json(&self) -> Result<Value> {
+        self.to_json_with(|_| Value::Null)
+    }
+
+    /// The JSON text of [`Outputs::to_json`] on one line, with non-finite numbers written as
+    /// Python's `json.dumps` writes them (`NaN`, `Infinity`, `-Infinity`) instead of `null`:
+    /// an f32 loss that overflowed reads back in Python as `inf`, not as a missing value.
+    ///
+    /// ```
+    /// use atomrl_core::value::Outputs;
+    /// let text = Outputs::new().scalar("loss", f64::INFINITY).scalar("kl", f64::NAN).to_json_text()?;
+    /// assert_eq!(text, r#"{"loss":Infinity,"kl":NaN}"#);
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn to_json_text(&self) -> Result<String> {
+        let value = self.to_json_with(non_finite_marker)?;
+        let text = serde_json::to_string(&value).map_err(|e| Error::file("<JSON output>", e))?;
+        Ok(NON_FINITE_LITERALS.iter().fold(text, |text, lit| {
+            text.replace(&format!("\"\\u0001{lit}\""), lit)
+        }))
+    }
+
+    /// The outputs holding NaN or an infinity, each with how many of its elements are.
+    ///
+    /// ```
+    /// use atomrl_core::value::Outputs;
+    /// let out = Outputs::new().scalar("loss", f64::INFINITY).scalar("kl", 0.0);
+    /// assert_eq!(out.non_finite()?, vec![("loss".to_string(), 1)]);
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn non_finite(&self) -> Result<Vec<(String, usize)>> {
+        let mut found = Vec::new();
+        for (name, v) in &self.items {
+            let count = match v {
+                OutputValue::Tensor(t) if t.dtype().is_float() => t
+                    .flatten_all()
+                    .and_then(|f| f.to_dtype(DType::F64))
+                    .and_then(|f| f.to_vec1::<f64>())
+                    .ctx("non_finite")?
+                    .iter()
+                    .filter(|x| !x.is_finite())
+                    .count(),
+                OutputValue::Scalar(x) => usize::from(!x.is_finite()),
+                _ => 0,
+            };
+            if count > 0 {
+                found.push((name.clone(), count));
+            }
+        }
+        Ok(found)
+    }
+
+    fn to_json_with(&self, non_finite: fn(f64) -> Value) -> Result<Value> {
         let mut obj = Map::new();
         for (name, v) in &self.items {
             let json = match v {
-                OutputValue::Tensor(t) => tensor_to_json(t)?,
-                OutputValue::Scalar(x) => {
-                    serde_json::Number::from_f64(*x).map_or(Value::Null, Value::Number)
-                }
+                OutputValue::Tensor(t) => tensor_json(t, non_finite)?,
+                OutputValue::Scalar(x) => f64_json(*x, non_finite),
                 OutputValue::Int(x) => Value::from(*x),
                 OutputValue::Strings(s) => Value::from(s.clone()),
                 OutputValue::Json(v) => v.clone(),
@@ -530,8 +590,33 @@ impl Outputs {
 }
 
 /// `{"shape": [...], "data": [...]}` with the tensor's own element type (f32 stays f32 so that
-/// the printed decimals are the shortest that round-trip).
+/// the printed decimals are the shortest that round-trip); NaN and infinities are `null`.
+///
+/// ```
+/// use atomrl_core::value::tensor_to_json;
+/// let t = candle_core::Tensor::new(&[[0.5f32, 1.0]], &candle_core::Device::Cpu)?;
+/// assert_eq!(tensor_to_json(&t)?, serde_json::json!({"shape": [1, 2], "data": [0.5, 1.0]}));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn tensor_to_json(t: &Tensor) -> Result<Value> {
+    tensor_json(t, |_| Value::Null)
+}
+
+/// Python's spellings of the non-finite numbers, as `json.dumps` writes them.
+const NON_FINITE_LITERALS: [&str; 3] = ["-Infinity", "Infinity", "NaN"];
+
+/// A string standing for a non-finite number until [`Outputs::to_json_text`] writes the bare
+/// literal: a control character first, so no text output of a function can look like one.
+fn non_finite_marker(x: f64) -> Value {
+    let lit = match x {
+        x if x.is_nan() => "NaN",
+        x if x > 0.0 => "Infinity",
+        _ => "-Infinity",
+    };
+    Value::String(format!("\u{1}{lit}"))
+}
+
+fn tensor_json(t: &Tensor, non_finite: fn(f64) -> Value) -> Result<Value> {
     let func = "tensor_to_json";
     let flat = t.flatten_all().ctx(func)?;
     let data = match t.dtype() {
@@ -539,14 +624,14 @@ pub fn tensor_to_json(t: &Tensor) -> Result<Value> {
             flat.to_vec1::<f32>()
                 .ctx(func)?
                 .into_iter()
-                .map(f32_json)
+                .map(|x| f32_json(x, non_finite))
                 .collect::<Vec<_>>(),
         ),
         DType::F64 => Value::from(
             flat.to_vec1::<f64>()
                 .ctx(func)?
                 .into_iter()
-                .map(f64_json)
+                .map(|x| f64_json(x, non_finite))
                 .collect::<Vec<_>>(),
         ),
         DType::U8 | DType::U32 | DType::I64 => Value::from(
@@ -561,21 +646,24 @@ pub fn tensor_to_json(t: &Tensor) -> Result<Value> {
                 .to_vec1::<f32>()
                 .ctx(func)?
                 .into_iter()
-                .map(f32_json)
+                .map(|x| f32_json(x, non_finite))
                 .collect::<Vec<_>>(),
         ),
     };
     Ok(serde_json::json!({ "shape": t.dims(), "data": data }))
 }
 
-fn f32_json(x: f32) -> Value {
+fn f32_json(x: f32, non_finite: fn(f64) -> Value) -> Value {
     // JSON numbers are f64; going through f32's shortest round-trip decimal prints 0.8660239
-    // rather than the widened 0.8660238981246948. NaN/Inf become null.
-    format!("{x}").parse::<f64>().map_or(Value::Null, f64_json)
+    // rather than the widened 0.8660238981246948.
+    match format!("{x}").parse::<f64>() {
+        Ok(wide) if x.is_finite() => f64_json(wide, non_finite),
+        _ => non_finite(f64::from(x)),
+    }
 }
 
-fn f64_json(x: f64) -> Value {
-    serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number)
+fn f64_json(x: f64, non_finite: fn(f64) -> Value) -> Value {
+    serde_json::Number::from_f64(x).map_or_else(|| non_finite(x), Value::Number)
 }
 
 #[cfg(test)]

@@ -126,5 +126,5 @@ pub fn run(f: &AtomicFn, m: &ArgMatches) -> atomrl_core::Result<()> {
     let inputs = load_inputs(&f.spec, &source, flags)?;
     let outputs = (f.run)(&inputs)?;
     let out_path = m.get_one::<String>("output").map(PathBuf::from);
-    write_outputs(&outputs, out_path.as_deref())
+    write_outputs(f.spec.name, &outputs, out_path.as_deref())
 }

@@ -130,22 +130,34 @@ pub fn flag_value(raw: &str) -> Value {
 }
 
 /// Writes outputs: to `path` (`.safetensors` or JSON) or, without a path, as one JSON line on
-/// stdout.
-pub fn write_outputs(outputs: &Outputs, path: Option<&Path>) -> Result<()> {
+/// stdout. NaN and infinities are written as Python writes them (`NaN`, `Infinity`), and a
+/// warning on stderr names each output that holds any: the value is the function's, but a
+/// caller should not miss it.
+pub fn write_outputs(func: &str, outputs: &Outputs, path: Option<&Path>) -> Result<()> {
+    for (name, count) in outputs.non_finite()? {
+        eprintln!("{}", non_finite_warning(func, &name, count));
+    }
     match path {
         Some(p) if p.extension().is_some_and(|e| e == "safetensors") => outputs.save_safetensors(p),
-        Some(p) => {
-            let text = serde_json::to_string(&outputs.to_json()?)
-                .map_err(|e| Error::file(p.display(), e))?;
-            std::fs::write(p, text + "\n").map_err(|e| Error::file(p.display(), e))
-        }
+        Some(p) => std::fs::write(p, outputs.to_json_text()? + "\n")
+            .map_err(|e| Error::file(p.display(), e)),
         None => {
-            let text = serde_json::to_string(&outputs.to_json()?)
-                .map_err(|e| Error::file("<stdout>", e))?;
-            println!("{text}");
+            println!("{}", outputs.to_json_text()?);
             Ok(())
         }
     }
+}
+
+fn non_finite_warning(func: &str, output: &str, count: usize) -> String {
+    let what = if count == 1 {
+        "a value that is".to_string()
+    } else {
+        format!("{count} values that are")
+    };
+    format!(
+        "warning: {func}: output `{output}` has {what} not finite (NaN or infinite: an input \
+         too large for f32, or a -inf logit chosen)"
+    )
 }
 
 #[cfg(test)]

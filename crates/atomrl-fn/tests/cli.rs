@@ -234,6 +234,32 @@ fn bad_inputs_exit_2_with_one_line_naming_the_field() {
 }
 
 #[test]
+fn an_overflowing_output_is_written_as_python_does_and_named_on_stderr() {
+    // 0.5 · (1e38)² overflows f32: the loss is +inf, as PyTorch's would be, not a missing value.
+    let input = r#"{"values": [[1e38, 1e38, 1]], "old_values": [[0, 0, 0]],
+        "returns": [[0, 0, 0]], "mask": [[1, 1, 1]], "clip_range_value": 1e39}"#;
+    let out = atomrl_fn(&["compute_value_loss", "--input", "-"], Some(input));
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.starts_with(r#"{"loss":Infinity,"#), "{stdout}");
+    assert!(
+        stderr.starts_with("warning: compute_value_loss: output `loss` has a value")
+            && stderr.contains("not finite"),
+        "{stderr}"
+    );
+    // What it writes, --input reads back: the same literals Python's json.dumps writes.
+    let again = atomrl_fn(
+        &["compute_pg_loss", "--input", "-"],
+        Some(r#"{"log_probs": [[-1, -1]], "advantages": [Infinity], "mask": [[1, 1]]}"#),
+    );
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("`advantages[0]` must be finite"));
+}
+
+#[test]
 fn every_registered_worked_example_matches_its_help() {
     for f in atomrl_fn::catalog::all() {
         if f.spec
