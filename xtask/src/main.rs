@@ -170,6 +170,19 @@ fn run_step(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// `cargo doc` as `.ci/run` runs it: rustdoc's warnings (broken intra-doc links) are errors.
+fn doc_step() -> Result<()> {
+    println!("== RUSTDOCFLAGS=-D warnings cargo doc --workspace --no-deps");
+    let status = Command::new(env!("CARGO"))
+        .args(["doc", "--workspace", "--no-deps"])
+        .env("RUSTDOCFLAGS", "-D warnings")
+        .status()?;
+    if !status.success() {
+        bail!("cargo doc failed");
+    }
+    Ok(())
+}
+
 fn check() -> Result<()> {
     run_step(&["fmt", "--all", "--", "--check"])?;
     run_step(&[
@@ -180,6 +193,7 @@ fn check() -> Result<()> {
         "-D",
         "warnings",
     ])?;
+    doc_step()?;
     // The test suite includes the dependency check (`tests::the_light_crates_keep_their_dependencies`).
     run_step(&["test", "--workspace"])?;
     size::run()

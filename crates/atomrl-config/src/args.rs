@@ -162,7 +162,7 @@ fn default_lora_targets() -> Vec<String> {
         .to_vec()
 }
 
-/// Every option of a training run. Load with [`crate::config::load_args`] (TOML file, preset,
+/// Every option of a training run. Load with [`crate::load_args`] (TOML file, preset,
 /// `--set key=value` overrides); unknown keys and bad values are rejected with the key named.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -92,7 +92,7 @@ impl PromptEncoder {
         Ok(ids)
     }
 
-    /// The pair experience of preference `examples` ([`Experience::from_pairs`]): each
+    /// The pair experience of preference `examples` ([`Experience::from_pairs`](crate::Experience::from_pairs)): each
     /// prompt encoded, each side [`encode_target`](Self::encode_target)ed, each pair's
     /// `margin` (0 when absent) on its rows.
     ///

@@ -1,7 +1,7 @@
 //! `cargo xtask tiny-model`: builds the small model that `cargo run --release --example
 //! grpo_gsm8k` trains by default, reproducibly, with the project's own code.
 //!
-//! 1. Synthetic GSM8K-style word problems ([`synthetic_splits`] with the trainer's
+//! 1. Synthetic GSM8K-style word problems ([`synthetic_splits`](atomrl_trainer::data::synthetic_splits) with the trainer's
 //!    [`SYNTHETIC_DEFAULT`] sizes and seed, so the example's held-out set is this one's, never
 //!    seen in SFT).
 //! 2. A byte-level BPE tokenizer trained on the training split ([`tokenizer`]).
