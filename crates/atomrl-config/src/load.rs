@@ -296,6 +296,34 @@ mod tests {
     }
 
     #[test]
+    fn sizes_past_what_a_machine_holds_name_the_key_before_the_run() {
+        let err = |extra: &[&str]| {
+            let mut o = base();
+            o.extend(extra.iter().map(|s| s.to_string()));
+            load_args(None, None, &o).unwrap_err().to_string()
+        };
+        let e = err(&["batch_size=99999999999"]);
+        assert!(
+            e.contains("`batch_size`")
+                && e.contains("is at most 1048576")
+                && e.contains("got 99999999999 (× num_generations 8 = 799999999992 rows)"),
+            "{e}"
+        );
+        let e = err(&["num_generations=99999999999"]);
+        assert!(e.contains("`num_generations`"), "{e}");
+        // The product overflows usize: still the same error, not a wrapped small number.
+        let e = err(&["batch_size=4294967296", "num_generations=4294967296"]);
+        assert!(e.contains("more than usize holds"), "{e}");
+        let e = err(&["workers=99999999999"]);
+        assert!(e.contains("`workers`") && e.contains("at most 1024"), "{e}");
+        let e = err(&["threads=3000"]);
+        assert!(e.contains("`threads`") && e.contains("at most 1024"), "{e}");
+        let mut o = base();
+        o.extend(["batch_size=1024".into(), "num_generations=1024".into()]);
+        assert!(load_args(None, None, &o).is_ok());
+    }
+
+    #[test]
     fn unknown_keys_and_bad_values_name_the_key() {
         let mut o = base();
         o.push("learning_rate=1".into());

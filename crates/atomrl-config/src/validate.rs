@@ -106,7 +106,62 @@ fn check_counts(a: &GRPOArgs) -> Result<()> {
     if a.max_steps == 0 {
         at_least("epochs", a.epochs, 1)?;
     }
+    check_step_rows(a)?;
+    for (key, v) in [("threads", a.threads), ("workers", a.workers)] {
+        if v > MAX_THREADS_OR_WORKERS {
+            return Err(Error::value(
+                FUNC,
+                key,
+                format!("at most {MAX_THREADS_OR_WORKERS} (0 = chosen from the cores)"),
+                v,
+            ));
+        }
+    }
     Ok(())
+}
+
+/// The most rows one step may hold. A step's rows (prompts × completions) are all in memory
+/// at once, in tensors and per-row host buffers; a count past this is a typo, and without the
+/// check it ends in an allocation failure (an abort) minutes into the run instead of an error
+/// naming the key.
+pub const MAX_STEP_ROWS: usize = 1 << 20;
+
+/// The most compute threads of an op, and the most data-parallel workers: more than the
+/// largest CPU servers' hardware threads. Each worker holds its own gradient store, and
+/// without the bound a typo spawned threads until the run aborted.
+pub const MAX_THREADS_OR_WORKERS: usize = 1024;
+
+/// A step's rows (prompts × completions when the recipe samples) within [`MAX_STEP_ROWS`].
+fn check_step_rows(a: &GRPOArgs) -> Result<()> {
+    if matches!(a.recipe, Recipe::Sft | Recipe::Reward) {
+        if a.batch_size > MAX_STEP_ROWS {
+            let expected = format!("at most {MAX_STEP_ROWS} (the rows of a step)");
+            return Err(Error::value(FUNC, "batch_size", expected, a.batch_size));
+        }
+        return Ok(());
+    }
+    let (b, g) = (a.batch_size, a.num_generations);
+    if b.checked_mul(g).is_some_and(|rows| rows <= MAX_STEP_ROWS) {
+        return Ok(());
+    }
+    let rows = b
+        .checked_mul(g)
+        .map_or("more than usize holds".to_string(), |r| r.to_string());
+    let expected = format!(
+        "such that batch_size × num_generations, the rows of a step, is at most {MAX_STEP_ROWS}"
+    );
+    let (key, got) = if g > b {
+        (
+            "num_generations",
+            format!("{g} (× batch_size {b} = {rows} rows)"),
+        )
+    } else {
+        (
+            "batch_size",
+            format!("{b} (× num_generations {g} = {rows} rows)"),
+        )
+    };
+    Err(Error::value(FUNC, key, expected, got))
 }
 
 /// What the recipe needs: groups and rewards for GRPO/DAPO, a valid `[lora]` table.

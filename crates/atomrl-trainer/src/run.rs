@@ -69,7 +69,13 @@ pub fn build_trainer(mut args: GRPOArgs, comm: Rc<dyn Collective>) -> Result<cra
 /// process's share of the cores (`ranks_here` processes of the run on this node). A model
 /// that cannot be read yet is left to [`load_policy`] to report.
 fn plan_cpu(args: &mut GRPOArgs, ranks_here: usize) {
-    if !args.device.is_cpu() || (args.threads > 0 && args.workers > 0) {
+    if !args.device.is_cpu() {
+        return;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = (cores / ranks_here.max(1)).max(1);
+    if args.threads > 0 && args.workers > 0 {
+        warn_if_oversubscribed(args.workers, args.threads, cores);
         return;
     }
     let params = crate::runtime::resolve_model_dir(&args.model)
@@ -77,9 +83,8 @@ fn plan_cpu(args: &mut GRPOArgs, ranks_here: usize) {
         .and_then(|dir| atomrl_model::ModelConfig::from_file(dir.join("config.json")).ok())
         .map(|c| c.num_parameters());
     if let Some(params) = params {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let cores = (cores / ranks_here.max(1)).max(1);
         let plan = crate::runtime::cpu_plan_for(params, cores, args.threads, args.workers);
+        warn_if_oversubscribed(plan.workers, plan.threads, cores);
         println!(
             "CPU plan: {} worker(s) of {} thread(s) for {:.1} M parameters",
             plan.workers,
@@ -88,6 +93,18 @@ fn plan_cpu(args: &mut GRPOArgs, ranks_here: usize) {
         );
         args.threads = plan.threads;
         args.workers = plan.workers;
+    }
+}
+
+/// Says so when `workers × threads` is more than the cores: every op then waits for threads
+/// the OS has to time-slice (1 worker × 1,000 threads on 2 cores barely moved), and nothing
+/// else would tell the user why the run crawls.
+fn warn_if_oversubscribed(workers: usize, threads: usize, cores: usize) {
+    if workers.saturating_mul(threads) > cores {
+        eprintln!(
+            "warning: {workers} worker(s) × {threads} thread(s) on {cores} core(s): more \
+             threads than cores slow every op down (0 for `threads` and `workers` chooses)"
+        );
     }
 }
 
