@@ -137,13 +137,12 @@ fn reward_model_settings_and_data_are_checked() {
     let dir = temp_dir("reward-errors");
     let prompts = write_dataset(&dir);
     let cfg = write_config(&dir, 2, "");
+    // Refused before any work: no opening evaluation of a reward model on plain prompts.
     let out = run(
         &cfg,
         &[
             "--set",
             &format!("dataset={:?}", prompts.display().to_string()),
-            "--set",
-            "eval_size=0",
         ],
     );
     let err = String::from_utf8_lossy(&out.stderr);
@@ -151,6 +150,8 @@ fn reward_model_settings_and_data_are_checked() {
         !out.status.success() && err.contains("`dataset`") && err.contains("preference pairs"),
         "{err}"
     );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("step 0"), "{stdout}");
     let out = run(
         &cfg,
         &["--set", "reward_model.center_rewards_coefficient=-1"],

@@ -78,6 +78,12 @@ pub(crate) struct StepReport {
 /// One recipe's optimizer step on the shared loop (sampling, checkpoints, resume, metrics and
 /// evaluation are the loop's).
 pub(crate) trait RecipeStep: Send {
+    /// Rejects a training set this recipe cannot train on, before the run does any work (the
+    /// opening evaluation included), with the key named.
+    fn check_data(&self, _run: &RunData) -> Result<()> {
+        Ok(())
+    }
+
     /// Step `step`'s (1-based) experience, from the examples `sampler` gives; reads the state.
     fn experience(
         &mut self,

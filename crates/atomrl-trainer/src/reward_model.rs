@@ -76,27 +76,31 @@ impl RewardModelStep {
         })
     }
 
-    /// Checks, once, that the training set is preference pairs, and gives the reward model
-    /// the tokenizer's pad id (its saved config needs it).
+    /// Gives the reward model the tokenizer's pad id (its saved config needs it), once; the
+    /// training set was checked by [`RecipeStep::check_data`].
     fn prepare(&mut self, run: &RunData) -> Result<()> {
-        if self.prepared {
-            return Ok(());
+        if !self.prepared {
+            self.model.set_pad_token_id(run.tokenizer.pad_token_id());
+            self.prepared = true;
         }
-        if !atomrl_data::is_preference_dataset(&run.train_set)? {
-            return Err(Error::value(
-                "config",
-                "dataset",
-                "preference pairs (`chosen` / `rejected`), which `--recipe reward` trains on",
-                "prompts without pairs",
-            ));
-        }
-        self.model.set_pad_token_id(run.tokenizer.pad_token_id());
-        self.prepared = true;
         Ok(())
     }
 }
 
 impl RecipeStep for RewardModelStep {
+    /// The training set must be preference pairs.
+    fn check_data(&self, run: &RunData) -> Result<()> {
+        if atomrl_data::is_preference_dataset(&run.train_set)? {
+            return Ok(());
+        }
+        Err(Error::value(
+            "config",
+            "dataset",
+            "preference pairs (`chosen` / `rejected`), which `--recipe reward` trains on",
+            "prompts without pairs",
+        ))
+    }
+
     /// `batch_size` pairs of the dataset (which must be preference pairs).
     fn experience(
         &mut self,

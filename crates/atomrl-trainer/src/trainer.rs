@@ -338,6 +338,7 @@ impl Trainer {
         MetricsLogger,
         Option<EvalResult>,
     )> {
+        self.recipe.check_data(&self.run)?;
         let (state, sampler) = self.start_state(output_dir)?;
         self.broadcast_weights()?;
         let resumed = state.step > 0;
@@ -442,11 +443,15 @@ impl Trainer {
         let mut row = MetricRow::new(0);
         push_eval(&mut row, &r);
         logger.log(&row)?;
-        logger.println(format!(
-            "step 0: held-out greedy accuracy {:.1}% ({} examples)",
-            100.0 * r.accuracy,
-            r.count
-        ));
+        logger.println(if r.count > 0 {
+            format!(
+                "step 0: held-out greedy accuracy {:.1}% ({} examples)",
+                100.0 * r.accuracy,
+                r.count
+            )
+        } else {
+            "step 0: no held-out examples to measure".to_string()
+        });
         Ok(r)
     }
 
