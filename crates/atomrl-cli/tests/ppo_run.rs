@@ -232,6 +232,30 @@ fn a2c_and_trpo_train_with_their_metrics() {
     }
 }
 
+/// A trust region or a finite-difference shift so large that the policy turns NaN: TRPO skips
+/// those steps and says so, as every recipe skips a step that meets NaN or Inf; the run ends
+/// normally with the policy unchanged by them.
+#[test]
+fn trpo_skips_a_step_that_meets_non_finite_log_probs() {
+    for (name, trpo) in [
+        ("trpo-nan-step", "trpo = { max_kl = 1e30, cg_iters = 2 }"),
+        ("trpo-nan-fvp", "trpo = { fvp_shift = 1e30, cg_iters = 2 }"),
+    ] {
+        let dir = temp_dir(name);
+        let cfg = write_config(&dir, "trpo", 2, "lr = 1e-3");
+        let out = train_bin()
+            .args(["--config", cfg.to_str().unwrap(), "--set", trpo])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}: {err}");
+        assert!(err.contains("update skipped"), "{name}: {err}");
+        let rows = read_metrics(dir.join("run/metrics.jsonl")).unwrap();
+        let skipped: f64 = rows.iter().filter_map(|r| r.get("skipped_step")).sum();
+        assert!(skipped >= 1.0, "{name}: {skipped} steps skipped");
+    }
+}
+
 /// With `critic.actor_skip_flat_groups` the critic trains every step; the actor trains on the
 /// steps that have a group whose rewards differ, and only then.
 #[test]

@@ -325,6 +325,24 @@ impl CausalLm {
         if config.r == 0 {
             return Err(Error::value(func, "r", "a positive rank", 0));
         }
+        let modules = self.lora_modules(&config);
+        // A rank past a weight's smaller side adds no capacity (its update is already full
+        // rank) and only memory: an `r` that large is a typo, which would otherwise end in an
+        // allocation failure (an abort) instead of an error.
+        if let Some((module, out_f, in_f)) = modules.iter().min_by_key(|(_, o, i)| (*o).min(*i)) {
+            let most = (*out_f).min(*in_f);
+            if config.r > most {
+                return Err(Error::value(
+                    func,
+                    "r",
+                    format!(
+                        "at most {most}, the smaller side of the smallest adapted weight \
+                         ({module}: [{out_f}, {in_f}])"
+                    ),
+                    config.r,
+                ));
+            }
+        }
         let mut rng = Rng::new(seed);
         let vars = VarMap::new();
         {
@@ -332,7 +350,7 @@ impl CausalLm {
                 .data()
                 .lock()
                 .map_err(|_| Error::value(func, "lora", "an unpoisoned lock", "poisoned"))?;
-            for (module, out_f, in_f) in self.lora_modules(&config) {
+            for (module, out_f, in_f) in modules {
                 let bound = 1.0 / (in_f as f64).sqrt();
                 let a: Vec<f64> = (0..config.r * in_f)
                     .map(|_| (2.0 * rng.uniform() - 1.0) * bound)

@@ -182,3 +182,19 @@ fn dropout_only_in_training_mode() {
     let c = m.forward_logits(&ids, Some(&mask)).unwrap();
     assert!(max_diff(&a, &c) > 0.0);
 }
+
+#[test]
+fn a_rank_past_the_smallest_adapted_side_is_refused_naming_r() {
+    let mut m = CausalLm::from_hf_dir(model_dir("tiny-qwen3"), DType::F32, &Device::Cpu).unwrap();
+    let c = m.config().clone();
+    let kv = c.num_key_value_heads * c.head_dim;
+    let smallest = kv.min(c.hidden_size);
+    let too_big = LoraConfig::new(smallest + 1, 8.0);
+    let e = m.add_lora(too_big, 1).unwrap_err().to_string();
+    assert!(
+        e.contains("`r`") && e.contains(&format!("at most {smallest}")) && e.contains("k_proj"),
+        "{e}"
+    );
+    assert!(m.lora_config().is_none());
+    m.add_lora(LoraConfig::new(smallest, 8.0), 1).unwrap();
+}

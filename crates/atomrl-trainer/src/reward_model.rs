@@ -58,7 +58,9 @@ impl RewardModelStep {
                 .map_err(|_| crate::runtime::layers_error("reward_model.num_layers", policy, n))?,
         };
         if let Some(l) = &args.lora {
-            model.add_lora(crate::runtime::lora_config(l)?, args.seed.wrapping_add(1))?;
+            model
+                .add_lora(crate::runtime::lora_config(l)?, args.seed.wrapping_add(1))
+                .map_err(|e| e.in_table("lora"))?;
         }
         model.set_compute_dtype(policy.compute_dtype())?;
         model.set_gradient_checkpointing(policy.gradient_checkpointing());

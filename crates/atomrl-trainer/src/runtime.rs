@@ -126,7 +126,9 @@ pub fn load_policy(args: &GRPOArgs, device: &Device) -> Result<(CausalLm, ChatTo
     let compute = args.dtype.dtype();
     let mut model = CausalLm::from_hf_dir(&dir, DType::F32, device)?;
     if let Some(l) = &args.lora {
-        model.add_lora(lora_config(l)?, args.seed)?;
+        model
+            .add_lora(lora_config(l)?, args.seed)
+            .map_err(|e| e.in_table("lora"))?;
     }
     model.set_compute_dtype(compute)?;
     model.set_gradient_checkpointing(args.gradient_checkpointing);

@@ -85,7 +85,9 @@ impl Critic {
             };
             if let Some(l) = &args.lora {
                 // Its own seed: the critic's adapters do not start as the actor's.
-                model.add_lora(crate::runtime::lora_config(l)?, args.seed.wrapping_add(1))?;
+                model
+                    .add_lora(crate::runtime::lora_config(l)?, args.seed.wrapping_add(1))
+                    .map_err(|e| e.in_table("lora"))?;
             }
             model.set_compute_dtype(policy.compute_dtype())?;
             model.set_gradient_checkpointing(policy.gradient_checkpointing());

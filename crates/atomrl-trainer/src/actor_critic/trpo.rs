@@ -6,6 +6,7 @@
 //! simple and exact for the small models TRPO is practical on (each Fisher-vector product
 //! costs two full backward passes).
 
+use atomrl_core::shape::masked_sum;
 use atomrl_core::{CandleContext, Result};
 use atomrl_loss::{aggregate_loss, compute_kl_penalty, AggOptions, KlEstimator};
 use atomrl_optim::{
@@ -100,12 +101,17 @@ pub(crate) fn trpo_update(
         stats.skipped = Some(format!("surrogate gradient norm {}", stats.grad_norm));
         return Ok(stats);
     }
-    let fvp = |v: &[f64]| p.fisher_product(&theta, v, trpo);
     let minus_g: Vec<f64> = g.iter().map(|x| -x).collect();
-    let cg = conjugate_gradient(fvp, &minus_g, trpo.cg_iters, 1e-10)?;
-    stats.cg_iterations = cg.iterations;
-    let f_x = p.fisher_product(&theta, &cg.x, trpo)?;
-    let step = trust_region_step(&cg.x, &f_x, trpo.max_kl)?;
+    let (step, cg_iterations) = match p.natural_step(&theta, &minus_g, trpo) {
+        Ok(found) => found,
+        Err(Skip::Step(reason)) => {
+            p.set_params(&theta)?;
+            stats.skipped = Some(reason);
+            return Ok(stats);
+        }
+        Err(Skip::Failed(e)) => return Err(e),
+    };
+    stats.cg_iterations = cg_iterations;
     let expected: f64 = -g.iter().zip(&step).map(|(a, b)| a * b).sum::<f64>();
     let search = backtracking_line_search(
         |fraction| {
@@ -131,6 +137,15 @@ pub(crate) fn trpo_update(
         ));
     }
     Ok(stats)
+}
+
+/// Why [`Problem::natural_step`] found no step.
+enum Skip {
+    /// A Fisher-vector product was not finite (the shifted policy's log-probs): the step is
+    /// skipped, as every recipe skips a step that meets NaN or Inf.
+    Step(String),
+    /// Anything else: the run ends with it.
+    Failed(atomrl_core::Error),
 }
 
 /// `θ + fraction · step`.
@@ -188,6 +203,9 @@ impl Problem<'_> {
             self.state.comm.as_ref(),
             |_, mb| {
                 let lp = experience_log_probs(model, mb, temperature, false)?.log_probs;
+                if !masked_sum(FUNC, &lp, &mb.loss_mask)?.is_finite() {
+                    return Ok(None);
+                }
                 let Some(old) = &mb.old_log_probs else {
                     return Err(atomrl_core::Error::missing(
                         FUNC,
@@ -213,32 +231,72 @@ impl Problem<'_> {
         Ok(Ok((outcome.loss, grads.flat(self.params())?)))
     }
 
+    /// The full step `sqrt(2δ / xᵀFx)·x` along the conjugate-gradient solution `x` of
+    /// `F·x = −g`, and the CG iterations it took.
+    fn natural_step(
+        &self,
+        theta: &[f64],
+        minus_g: &[f64],
+        trpo: &TrpoArgs,
+    ) -> std::result::Result<(Vec<f64>, usize), Skip> {
+        let non_finite = std::cell::RefCell::new(None);
+        let fvp = |v: &[f64]| match self.fisher_product(theta, v, trpo)? {
+            Ok(fv) => Ok(fv),
+            Err(reason) => {
+                let e = atomrl_core::Error::value(FUNC, "Fisher-vector product", "finite", &reason);
+                *non_finite.borrow_mut() = Some(reason);
+                Err(e)
+            }
+        };
+        let solved = conjugate_gradient(fvp, minus_g, trpo.cg_iters, 1e-10).and_then(|cg| {
+            let f_x = fvp(&cg.x)?;
+            Ok((trust_region_step(&cg.x, &f_x, trpo.max_kl)?, cg.iterations))
+        });
+        match (solved, non_finite.into_inner()) {
+            (Ok(found), _) => Ok(found),
+            (Err(_), Some(reason)) => Err(Skip::Step(format!(
+                "a Fisher-vector product met {reason} (trpo.fvp_shift moves the policy too far?)"
+            ))),
+            (Err(e), None) => Err(Skip::Failed(e)),
+        }
+    }
+
     /// `(F + damping·I)·v` by [`fisher_vector_product`] with a shift of norm
     /// `trpo.fvp_shift`; the parameters are restored to `theta`.
-    fn fisher_product(&self, theta: &[f64], v: &[f64], trpo: &TrpoArgs) -> Result<Vec<f64>> {
+    /// `Ok(Err(reason))` when a KL gradient at a shifted point was not finite.
+    fn fisher_product(
+        &self,
+        theta: &[f64],
+        v: &[f64],
+        trpo: &TrpoArgs,
+    ) -> Result<std::result::Result<Vec<f64>, String>> {
         let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
         if norm == 0.0 {
-            return Ok(vec![0.0; v.len()]);
+            return Ok(Ok(vec![0.0; v.len()]));
         }
+        let non_finite = std::cell::RefCell::new(None);
         let grad_kl = |at: &[f64]| -> Result<Vec<f64>> {
-            self.gradient(at, Objective::Kl)?
-                .map(|(_, g)| g)
-                .map_err(|reason| {
-                    atomrl_core::Error::value(
-                        FUNC,
-                        "Fisher-vector product",
-                        "finite log-probs",
-                        reason,
-                    )
-                })
+            match self.gradient(at, Objective::Kl)? {
+                Ok((_, g)) => Ok(g),
+                Err(reason) => {
+                    let e = atomrl_core::Error::value(FUNC, "KL gradient", "finite", &reason);
+                    *non_finite.borrow_mut() = Some(reason);
+                    Err(e)
+                }
+            }
         };
-        let fv = fisher_vector_product(grad_kl, theta, v, trpo.fvp_shift / norm)?;
+        let fv = fisher_vector_product(grad_kl, theta, v, trpo.fvp_shift / norm);
         self.set_params(theta)?;
-        Ok(fv
+        let fv = match (fv, non_finite.into_inner()) {
+            (Ok(fv), _) => fv,
+            (Err(_), Some(reason)) => return Ok(Err(reason)),
+            (Err(e), None) => return Err(e),
+        };
+        Ok(Ok(fv
             .iter()
             .zip(v)
             .map(|(f, x)| f + trpo.damping * x)
-            .collect())
+            .collect()))
     }
 
     /// The surrogate loss and the k3 KL to the old policy (token mean) at the current
@@ -257,6 +315,10 @@ impl Problem<'_> {
             temperature,
         )?;
         let exp = self.exp;
+        if !masked_sum(FUNC, &lp, &exp.loss_mask)?.is_finite() {
+            // A fraction of the step that breaks the policy: the line search rejects NaN.
+            return Ok((f64::NAN, f64::NAN));
+        }
         let Some(old) = &exp.old_log_probs else {
             return Err(atomrl_core::Error::missing(
                 FUNC,
@@ -270,7 +332,7 @@ impl Problem<'_> {
         // KL(π_old ‖ π), the trust region's divergence.
         let k3 = compute_kl_penalty(old, &lp, &exp.loss_mask, KlEstimator::K3)?.kl;
         let tokens = exp.loss_tokens(FUNC)?;
-        let kl = atomrl_core::shape::masked_sum(FUNC, &k3, &exp.loss_mask)? / tokens.max(1.0);
+        let kl = masked_sum(FUNC, &k3, &exp.loss_mask)? / tokens.max(1.0);
         Ok((loss, kl))
     }
 }
