@@ -248,12 +248,16 @@ impl ModelConfig {
                     )
                 })
         };
-        let opt_f64 = |key: &str| obj.get(key).and_then(Value::as_f64);
-        let opt_bool = |key: &str| obj.get(key).and_then(Value::as_bool);
+        let opt_f64 = |key: &str| optional_field(obj, key, "a number", Value::as_f64);
+        let opt_bool = |key: &str| optional_field(obj, key, "true or false", Value::as_bool);
+        let opt_usize = |key: &str| {
+            optional_field(obj, key, "a non-negative integer", Value::as_u64)
+                .map(|x| x.map(|x| x as usize))
+        };
         let hidden_size = usize_field("hidden_size")?;
         let num_attention_heads = usize_field("num_attention_heads")?;
-        let head_dim = match obj.get("head_dim").and_then(Value::as_u64) {
-            Some(h) => h as usize,
+        let head_dim = match opt_usize("head_dim")? {
+            Some(h) => h,
             None => hidden_size.checked_div(num_attention_heads).unwrap_or(0),
         };
         let rope = obj
@@ -272,19 +276,19 @@ impl ModelConfig {
                 ));
             }
         }
-        let rope_theta = opt_f64("rope_theta")
+        let rope_theta = opt_f64("rope_theta")?
             .or_else(|| {
                 rope.and_then(|r| r.get("rope_theta"))
                     .and_then(Value::as_f64)
             })
             .unwrap_or(10000.0);
-        if opt_bool("use_sliding_window") == Some(true) {
+        if opt_bool("use_sliding_window")? == Some(true) {
             return Err(Error::file(
                 file,
                 "sliding-window attention (`use_sliding_window: true`) is not supported",
             ));
         }
-        if opt_bool("mlp_bias") == Some(true) {
+        if opt_bool("mlp_bias")? == Some(true) {
             return Err(Error::file(file, "`mlp_bias: true` is not supported"));
         }
         if let Some(act) = obj.get("hidden_act").and_then(Value::as_str) {
@@ -295,7 +299,7 @@ impl ModelConfig {
                 ));
             }
         }
-        let attention_bias = opt_bool("attention_bias").unwrap_or(false);
+        let attention_bias = opt_bool("attention_bias")?.unwrap_or(false);
         let (qkv_bias, o_bias) = match architecture {
             Architecture::Qwen2 => (true, false),
             Architecture::Qwen3 | Architecture::Llama => (attention_bias, attention_bias),
@@ -307,25 +311,68 @@ impl ModelConfig {
             intermediate_size: usize_field("intermediate_size")?,
             num_hidden_layers: usize_field("num_hidden_layers")?,
             num_attention_heads,
-            num_key_value_heads: obj
-                .get("num_key_value_heads")
-                .and_then(Value::as_u64)
-                .map_or(num_attention_heads, |x| x as usize),
+            num_key_value_heads: opt_usize("num_key_value_heads")?.unwrap_or(num_attention_heads),
             head_dim,
-            rms_norm_eps: opt_f64("rms_norm_eps").unwrap_or(1e-6),
+            rms_norm_eps: opt_f64("rms_norm_eps")?.unwrap_or(1e-6),
             rope_theta,
-            tie_word_embeddings: opt_bool("tie_word_embeddings").unwrap_or(true),
+            tie_word_embeddings: opt_bool("tie_word_embeddings")?.unwrap_or(true),
             qkv_bias,
             o_bias,
-            max_position_embeddings: obj
-                .get("max_position_embeddings")
-                .and_then(Value::as_u64)
-                .map_or(32768, |x| x as usize),
-            initializer_range: opt_f64("initializer_range").unwrap_or(0.02),
+            max_position_embeddings: opt_usize("max_position_embeddings")?.unwrap_or(32768),
+            initializer_range: opt_f64("initializer_range")?.unwrap_or(0.02),
             raw: obj.clone(),
         };
         c.validate(file).map_err(|e| Error::file(file, e))?;
         Ok(c)
+    }
+
+    /// Checks that a checkpoint's tensor `names` hold exactly this config's decoder layers
+    /// (`model.layers.0.` to `model.layers.{num_hidden_layers - 1}.`). Loading takes a layer's
+    /// weights by name, so a `num_hidden_layers` below the checkpoint's would silently drop the
+    /// layers past it, and one far above it would build a model of that size before finding
+    /// the first weight missing.
+    ///
+    /// # Errors
+    /// [`Error::File`] (`model.safetensors`) with both counts.
+    ///
+    /// ```
+    /// use atomrl_model::{Architecture, ModelConfig};
+    /// let c = ModelConfig::new(Architecture::Qwen2, 32, 8, 16, 2, 2, 1)?;
+    /// let names = ["model.embed_tokens.weight", "model.layers.0.mlp.up_proj.weight", "model.layers.1.mlp.up_proj.weight"];
+    /// assert!(c.check_checkpoint_layers(names).is_ok());
+    /// let err = c.check_checkpoint_layers(names[..2].iter().copied()).unwrap_err().to_string();
+    /// assert!(err.contains("num_hidden_layers = 2") && err.contains("holds 1 decoder layer"), "{err}");
+    /// # Ok::<(), atomrl_core::Error>(())
+    /// ```
+    pub fn check_checkpoint_layers<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> Result<()> {
+        let held = names
+            .into_iter()
+            .filter_map(|n| {
+                n.strip_prefix("model.layers.")?
+                    .split('.')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .map(|i: usize| i + 1)
+            .max()
+            .unwrap_or(0);
+        if held == self.num_hidden_layers {
+            return Ok(());
+        }
+        let plural = if held == 1 { "" } else { "s" };
+        Err(Error::file(
+            "model.safetensors",
+            format!(
+                "config.json says num_hidden_layers = {}, but the checkpoint holds {held} \
+                 decoder layer{plural} (model.layers.0 to model.layers.{})",
+                self.num_hidden_layers,
+                held.saturating_sub(1)
+            ),
+        ))
     }
 
     fn validate(&self, func: &str) -> Result<()> {
@@ -351,6 +398,21 @@ impl ModelConfig {
                     self.num_attention_heads
                 ),
                 self.num_key_value_heads,
+            ));
+        }
+        // transformers takes these as given; a non-positive θ or a negative ε only turns every
+        // output into NaN, long after loading.
+        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
+            let expected = "a finite number > 0";
+            return Err(Error::value(func, "rope_theta", expected, self.rope_theta));
+        }
+        if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps >= 0.0) {
+            let expected = "a finite number >= 0";
+            return Err(Error::value(
+                func,
+                "rms_norm_eps",
+                expected,
+                self.rms_norm_eps,
             ));
         }
         if self.head_dim % 2 != 0 {
@@ -453,5 +515,22 @@ impl ModelConfig {
             self.vocab_size * h
         };
         self.vocab_size * h + self.num_hidden_layers * layer + h + head
+    }
+}
+
+/// An optional `config.json` field: `None` when absent or `null` (as transformers reads it),
+/// an error naming the field when present with another type (`"rms_norm_eps": "1e-6"` must not
+/// become the default in silence).
+fn optional_field<T>(
+    obj: &Map<String, Value>,
+    key: &str,
+    kind: &str,
+    read: impl Fn(&Value) -> Option<T>,
+) -> Result<Option<T>> {
+    match obj.get(key).filter(|v| !v.is_null()) {
+        None => Ok(None),
+        Some(v) => read(v)
+            .map(Some)
+            .ok_or_else(|| Error::file("config.json", format!("`{key}` must be {kind}, got {v}"))),
     }
 }

@@ -205,13 +205,11 @@ impl CausalLm {
         }
         let config = ModelConfig::from_file(dir.join("config.json"))?;
         let tensors = load_safetensors_dir(dir, dtype, device)?;
-        let mut model =
-            Self::from_tensors(config, tensors, dtype, device).map_err(|e| match e {
-                Error::File { message, .. } => {
-                    Error::file(dir.join(WEIGHTS_FILE).display(), message)
-                }
-                other => other,
-            })?;
+        config
+            .check_checkpoint_layers(tensors.keys().map(String::as_str))
+            .map_err(|e| in_weights_file(e, dir))?;
+        let mut model = Self::from_tensors(config, tensors, dtype, device)
+            .map_err(|e| in_weights_file(e, dir))?;
         model.source_dir = Some(dir.to_path_buf());
         Ok(model)
     }
@@ -1148,6 +1146,14 @@ pub(crate) fn sorted_vars(map: &VarMap) -> Vec<(String, Var)> {
     };
     let sorted: BTreeMap<_, _> = data.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     sorted.into_iter().collect()
+}
+
+/// A weights error of a model folder, as about `dir`'s weights file.
+pub(crate) fn in_weights_file(e: Error, dir: &Path) -> Error {
+    match e {
+        Error::File { message, .. } => Error::file(dir.join(WEIGHTS_FILE).display(), message),
+        other => other,
+    }
 }
 
 #[cfg(test)]

@@ -365,6 +365,9 @@ impl ValueModel {
         let dir = dir.as_ref();
         let (config, layout) = critic_config(dir)?;
         let mut tensors: HashMap<String, Tensor> = load_safetensors_dir(dir, DType::F32, device)?;
+        config
+            .check_checkpoint_layers(tensors.keys().map(String::as_str))
+            .map_err(|e| crate::model::in_weights_file(e, dir))?;
         let head = |t: &mut HashMap<String, Tensor>, name: &str, shape: &[usize]| {
             let x = t.remove(name).ok_or_else(|| {
                 Error::file(

@@ -234,6 +234,72 @@ fn file_errors_name_the_file() {
     );
 }
 
+/// Values of config.json that transformers takes as given but that can only give NaN or a
+/// wrong model here are refused at load, naming the field: a layer count the checkpoint does
+/// not hold (fewer layers would be dropped in silence), a non-positive RoPE θ, a negative
+/// RMSNorm ε, and an optional field of the wrong type (it was read as its default).
+#[test]
+fn config_values_that_cannot_be_this_checkpoint_are_refused() {
+    let d = Device::Cpu;
+    let src = model_dir("tiny-qwen2");
+    let base: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    let dir_tmp = temp_dir("config-values");
+    let dir = dir_tmp.path();
+    std::fs::copy(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
+    for (key, value, needle) in [
+        (
+            "num_hidden_layers",
+            serde_json::json!(1),
+            "num_hidden_layers = 1, but the checkpoint holds 2 decoder layers",
+        ),
+        (
+            "num_hidden_layers",
+            serde_json::json!(1_000_000_000_000u64),
+            "holds 2 decoder layers",
+        ),
+        (
+            "rope_theta",
+            serde_json::json!(0.0),
+            "`rope_theta` must be a finite number > 0",
+        ),
+        (
+            "rms_norm_eps",
+            serde_json::json!(-1.0),
+            "`rms_norm_eps` must be a finite number >= 0",
+        ),
+        (
+            "rms_norm_eps",
+            serde_json::json!("1e-6"),
+            "`rms_norm_eps` must be a number, got \"1e-6\"",
+        ),
+        (
+            "num_key_value_heads",
+            serde_json::json!("2"),
+            "`num_key_value_heads` must be a non-negative integer",
+        ),
+        (
+            "tie_word_embeddings",
+            serde_json::json!("yes"),
+            "`tie_word_embeddings` must be true or false",
+        ),
+    ] {
+        let mut cfg = base.clone();
+        cfg[key] = value;
+        std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+        let e = CausalLm::from_hf_dir(dir, DType::F32, &d)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(needle), "{key}: {e}");
+    }
+    // `null` reads as absent, as in transformers: the default.
+    let mut cfg = base.clone();
+    cfg["rms_norm_eps"] = serde_json::Value::Null;
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    let m = CausalLm::from_hf_dir(dir, DType::F32, &d).unwrap();
+    assert_eq!(m.config().rms_norm_eps, 1e-6);
+}
+
 #[test]
 fn input_errors_name_the_argument() {
     let d = Device::Cpu;
