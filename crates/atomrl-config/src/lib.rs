@@ -40,7 +40,7 @@ pub use rewards::{
     build_accuracy, build_rewards, build_rewards_with, ModelRewardLoader, MODEL_REWARD,
 };
 pub use tools::build_tools;
-pub use validate::validate;
+pub use validate::{validate, MAX_STEP_ROWS, MAX_THREADS_OR_WORKERS};
 
 /// The README's example, run as a doctest.
 #[cfg(doctest)]

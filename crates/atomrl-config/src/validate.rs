@@ -120,7 +120,8 @@ fn check_counts(a: &GRPOArgs) -> Result<()> {
     Ok(())
 }
 
-/// The most rows one step may hold. A step's rows (prompts × completions) are all in memory
+/// The most rows one step may hold (the same bound as `atomrl_sample::MAX_ROWS` for one
+/// generation call). A step's rows (prompts × completions) are all in memory
 /// at once, in tensors and per-row host buffers; a count past this is a typo, and without the
 /// check it ends in an allocation failure (an abort) minutes into the run instead of an error
 /// naming the key.

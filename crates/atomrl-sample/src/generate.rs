@@ -103,6 +103,28 @@ pub fn generate_samples_with(
     generate(model, prompts, params, stop_decoder, mode, false)
 }
 
+/// The most sequences one call decodes at once (prompts × `num_generations`). Every row has
+/// host buffers and a KV cache from the first step, so a count past this is a typo that would
+/// end in an allocation failure (an abort) rather than an error; the trainer bounds a step's
+/// rows the same way (`atomrl_config::MAX_STEP_ROWS`).
+pub const MAX_ROWS: usize = 1 << 20;
+
+/// `prompts × num_generations` within [`MAX_ROWS`].
+fn check_rows(func: &str, prompts: usize, num_generations: usize) -> Result<()> {
+    match prompts.checked_mul(num_generations) {
+        Some(rows) if rows <= MAX_ROWS => Ok(()),
+        rows => Err(Error::value(
+            func,
+            "num_generations",
+            format!("at most {MAX_ROWS} sequences in all (prompts × num_generations)"),
+            format!(
+                "{num_generations} for {prompts} prompt(s): {} sequences",
+                rows.map_or("more than usize holds".to_string(), |r| r.to_string())
+            ),
+        )),
+    }
+}
+
 /// The decoding loop. Tokens are drawn on the model's device when
 /// [`device_pick::applies`] (a GPU, unfiltered sampling), or when `force_device_pick` is set
 /// (tests of that path on the CPU; only for unfiltered `params`), else on the host.
@@ -118,6 +140,7 @@ fn generate(
     debug_assert!(!force_device_pick || params.is_unfiltered());
     params.validate()?;
     check_prompts(func, prompts, model.config().vocab_size)?;
+    check_rows(func, prompts.len(), params.num_generations)?;
     let stops = stop_strings(func, params, stop_decoder)?;
     let pad_id = stop_decoder.map_or(0, ChatTokenizer::pad_token_id);
     let g = params.num_generations;
@@ -363,6 +386,26 @@ mod tests {
             "/../../tests/fixtures/reference/models/tiny-qwen2"
         );
         CausalLm::from_hf_dir(dir, DType::F32, &Device::Cpu).unwrap()
+    }
+
+    #[test]
+    fn a_call_of_more_sequences_than_max_rows_is_refused_before_decoding() {
+        let p = SamplingParams {
+            num_generations: MAX_ROWS / 2 + 1,
+            ..Default::default()
+        };
+        let e = generate_samples(&model(), &[vec![1], vec![2]], &p, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`num_generations`") && e.contains(&format!("{} sequences", MAX_ROWS + 2)),
+            "{e}"
+        );
+        assert!(check_rows("f", usize::MAX, 2)
+            .unwrap_err()
+            .to_string()
+            .contains("more than usize holds"));
+        assert!(check_rows("f", 1, MAX_ROWS).is_ok());
     }
 
     fn run(params: &SamplingParams, on_device: bool) -> RolloutBatch {

@@ -65,7 +65,7 @@ pub use atomrl_core::{Error, Result};
 pub use chat::{ChatMessage, ChatTokenizer};
 pub use decoded::{generate_rows, Completion, ToolUse};
 pub use decoder::{BatchDecoder, CacheMode};
-pub use generate::{generate_samples, generate_samples_with};
+pub use generate::{generate_samples, generate_samples_with, MAX_ROWS};
 pub use params::SamplingParams;
 pub use process::{
     process_logits, process_logits_row, sample_from_processed, sample_tokens, RowRng,

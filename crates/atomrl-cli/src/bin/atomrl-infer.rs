@@ -41,7 +41,7 @@ struct Cli {
     #[arg(long, default_value = "cpu")]
     device: DeviceSpec,
     /// Compute threads (0 = all cores).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = thread_count)]
     threads: usize,
     /// Tools the model may call (`--tools calculator`); each call and its result are shown.
     #[arg(long, value_delimiter = ',')]
@@ -116,4 +116,14 @@ fn run(cli: Cli) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `--threads`: at most the training config's bound (more spawned threads until the OS
+/// refused, with no answer).
+fn thread_count(raw: &str) -> Result<usize, String> {
+    let most = atomrl_trainer::config::MAX_THREADS_OR_WORKERS;
+    match raw.parse::<usize>() {
+        Ok(n) if n <= most => Ok(n),
+        _ => Err(format!("expected 0 (all cores) to {most}, got {raw}")),
+    }
 }
