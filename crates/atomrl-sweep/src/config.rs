@@ -179,6 +179,13 @@ impl SweepConfig {
         let kind: SamplerKind = get_str(s, "sampler", "sweep")?.unwrap_or("tpe").parse()?;
         let seed = get_usize(s, "seed", 0, 0)? as u64;
         let trials = get_usize(s, "trials", 10, 1)?;
+        if trials > MAX_TRIALS {
+            return Err(SweepError::config(
+                "sweep.trials",
+                format!("at most {MAX_TRIALS}"),
+                trials,
+            ));
+        }
         let objective = parse_objective(s.get("objective"))?;
         let sampler = Sampler {
             kind,
@@ -349,6 +356,14 @@ impl SweepConfig {
     }
 }
 
+/// The most trials a sweep runs. Each is a training run and has a record in memory and on
+/// disk; far past this is a typo (99999999999 was killed for its memory before any trial).
+pub const MAX_TRIALS: usize = 100_000;
+
+/// The longest `budget_seconds`, a year: a trial's time budget is also written into its run
+/// configuration, and past this the number is not a duration anyone means.
+pub const MAX_BUDGET_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+
 /// `budget_steps` and `budget_seconds` of `[sweep]`.
 fn parse_budget(s: &toml::Table) -> Result<(Option<usize>, Option<f64>)> {
     let seconds = match s.get("budget_seconds") {
@@ -356,8 +371,12 @@ fn parse_budget(s: &toml::Table) -> Result<(Option<usize>, Option<f64>)> {
         Some(v) => Some(
             v.as_float()
                 .or_else(|| v.as_integer().map(|i| i as f64))
-                .filter(|x| x.is_finite() && *x > 0.0)
-                .ok_or_else(|| SweepError::config("sweep.budget_seconds", "a number > 0", v))?,
+                .filter(|x| x.is_finite() && *x > 0.0 && *x <= MAX_BUDGET_SECONDS)
+                .ok_or_else(|| {
+                    let expected =
+                        format!("a number > 0 and at most {MAX_BUDGET_SECONDS} (a year)");
+                    SweepError::config("sweep.budget_seconds", expected, v)
+                })?,
         ),
     };
     let steps = s
@@ -402,6 +421,13 @@ fn parse_objective(v: Option<&toml::Value>) -> Result<Objective> {
             .as_str()
             .ok_or_else(|| SweepError::config(format!("sweep.objective.{k}"), "a string", v))?;
         match k.as_str() {
+            "metric" if text.trim().is_empty() => {
+                return Err(SweepError::config(
+                    "sweep.objective.metric",
+                    "a metrics.jsonl key (e.g. eval/accuracy)",
+                    "an empty string",
+                ))
+            }
             "metric" => o.metric = text.to_string(),
             "mode" => {
                 o.mode = match text {
@@ -475,6 +501,12 @@ mod tests {
         for (text, key) in [
             ("[sweep]\ntrialz = 3\n", "sweep.trialz"),
             ("[sweep]\ntrials = 0\n", "sweep.trials"),
+            ("[sweep]\ntrials = 99999999999\n", "sweep.trials"),
+            ("[sweep]\nbudget_seconds = 1e300\n", "sweep.budget_seconds"),
+            (
+                "[sweep.objective]\nmetric = \"\"\n",
+                "sweep.objective.metric",
+            ),
             ("[sweep]\nsampler = \"bayes\"\n", "sweep.sampler"),
             ("[sweep]\nbudget_seconds = -1\n", "sweep.budget_seconds"),
             (
