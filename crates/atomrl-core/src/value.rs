@@ -328,14 +328,19 @@ fn parse_tensor(func: &str, name: &str, v: &Value) -> Result<(Vec<usize>, Vec<f6
                 obj.get("data").unwrap_or(&Value::Null),
             )
         })?;
-        let numel: usize = shape.iter().product();
-        if data.len() != numel {
-            return Err(Error::value(
-                func,
-                format!("{name}.data"),
-                format!("{numel} numbers for shape {shape:?}"),
-                format!("{} numbers", data.len()),
-            ));
+        // Checked: a shape whose product wraps (`[2^32, 2^32]` is 0 in usize) would match an
+        // empty `data` and reach candle with a tensor of 2^64 elements.
+        let numel = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        if numel != Some(data.len()) {
+            let expected = numel.map_or_else(
+                || "a shape whose element count fits in memory".to_string(),
+                |n| format!("{n} numbers for shape {shape:?}"),
+            );
+            let got = match numel {
+                Some(_) => format!("{} numbers", data.len()),
+                None => format!("shape {shape:?}"),
+            };
+            return Err(Error::value(func, format!("{name}.data"), expected, got));
         }
         let data = data
             .iter()
@@ -685,6 +690,17 @@ mod tests {
         example_input: "{}",
         example_output: "{}",
     };
+
+    #[test]
+    fn a_shape_whose_element_count_overflows_is_refused() {
+        let huge = json!({"x": {"shape": [4294967296u64, 4294967296u64], "data": []}});
+        let i = Inputs::from_json(&SPEC, huge).unwrap();
+        let e = i.float_tensor("x").unwrap_err().to_string();
+        assert!(
+            e.contains("`x.data`") && e.contains("fits in memory"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn nested_and_flat_tensors_parse_the_same() {
