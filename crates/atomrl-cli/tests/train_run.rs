@@ -120,7 +120,10 @@ fn dashboard_status(dir: &Path) -> (&'static str, bool, Option<u64>) {
 fn config_errors_name_the_key() {
     let dir = temp_dir("config-errors");
     let cfg = write_config(&dir, 2);
+    let a_file = format!("output_dir={:?}", cfg.display().to_string());
     for (set, needle) in [
+        ("output_dir=\"\"", "`output_dir`"),
+        (a_file.as_str(), "`output_dir` must be a folder"),
         ("lr=-1", "`lr`"),
         ("num_generations=1", "`num_generations`"),
         ("bogus=1", "bogus"),

@@ -316,6 +316,8 @@ mod tests {
         assert!(e.contains("more than usize holds"), "{e}");
         let e = err(&["workers=99999999999"]);
         assert!(e.contains("`workers`") && e.contains("at most 1024"), "{e}");
+        let e = err(&["output_dir=\"\""]);
+        assert!(e.contains("`output_dir`"), "{e}");
         let e = err(&["threads=3000"]);
         assert!(e.contains("`threads`") && e.contains("at most 1024"), "{e}");
         let mut o = base();

@@ -30,6 +30,14 @@ fn check_sources(a: &GRPOArgs) -> Result<()> {
             "a local Hugging Face folder or a hub id",
         ));
     }
+    if a.output_dir.trim().is_empty() {
+        // An empty path is the current folder: the run's files would land among the user's.
+        return Err(Error::missing(
+            FUNC,
+            "output_dir",
+            "a folder for the run's checkpoints and metrics",
+        ));
+    }
     if a.dataset.trim().is_empty() {
         return Err(Error::missing(
             FUNC,

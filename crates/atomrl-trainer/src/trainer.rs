@@ -369,6 +369,14 @@ impl Trainer {
         if self.state.comm.rank() != 0 {
             return Ok(MetricsLogger::disabled(output_dir));
         }
+        if output_dir.exists() && !output_dir.is_dir() {
+            return Err(Error::value(
+                "config",
+                "output_dir",
+                "a folder (or a path to create one at)",
+                format!("{}, which is a file", output_dir.display()),
+            ));
+        }
         std::fs::create_dir_all(output_dir).map_err(|e| Error::file(output_dir.display(), e))?;
         // The configuration as resolved (preset, file, overrides): what `atomrl-compare`
         // diffs, and a file that reruns the run.
