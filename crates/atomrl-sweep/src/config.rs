@@ -196,7 +196,16 @@ impl SweepConfig {
         };
         let (budget_steps, budget_seconds) = parse_budget(s)?;
         let asha = parse_asha(s.get("asha"))?;
-        let output_dir = PathBuf::from(get_str(s, "output_dir", "sweep")?.unwrap_or("runs/sweep"));
+        let output_dir = get_str(s, "output_dir", "sweep")?.unwrap_or("runs/sweep");
+        if output_dir.trim().is_empty() {
+            // The current folder: trial folders and reports among the user's files.
+            return Err(SweepError::config(
+                "sweep.output_dir",
+                "a folder for the trials and reports",
+                "an empty string",
+            ));
+        }
+        let output_dir = PathBuf::from(output_dir);
         let config = Self {
             base_file,
             recipe,
@@ -503,6 +512,7 @@ mod tests {
             ("[sweep]\ntrials = 0\n", "sweep.trials"),
             ("[sweep]\ntrials = 99999999999\n", "sweep.trials"),
             ("[sweep]\nbudget_seconds = 1e300\n", "sweep.budget_seconds"),
+            ("[sweep]\noutput_dir = \"\"\n", "sweep.output_dir"),
             (
                 "[sweep.objective]\nmetric = \"\"\n",
                 "sweep.objective.metric",
