@@ -326,17 +326,18 @@ impl CausalLm {
             return Err(Error::value(func, "r", "a positive rank", 0));
         }
         let modules = self.lora_modules(&config);
-        // A rank past a weight's smaller side adds no capacity (its update is already full
-        // rank) and only memory: an `r` that large is a typo, which would otherwise end in an
-        // allocation failure (an abort) instead of an error.
-        if let Some((module, out_f, in_f)) = modules.iter().min_by_key(|(_, o, i)| (*o).min(*i)) {
-            let most = (*out_f).min(*in_f);
+        // A rank past every adapted weight's larger side adds no capacity anywhere, only
+        // memory: an `r` that large is a typo, which would otherwise end in an allocation
+        // failure (an abort) instead of an error. Ranks past a small weight's smaller side
+        // stay allowed, as in PEFT (r = 256 with Qwen2.5-0.5B's 128-row k_proj).
+        if let Some((module, out_f, in_f)) = modules.iter().max_by_key(|(_, o, i)| (*o).max(*i)) {
+            let most = (*out_f).max(*in_f);
             if config.r > most {
                 return Err(Error::value(
                     func,
                     "r",
                     format!(
-                        "at most {most}, the smaller side of the smallest adapted weight \
+                        "at most {most}, the larger side of the largest adapted weight \
                          ({module}: [{out_f}, {in_f}])"
                     ),
                     config.r,

@@ -184,17 +184,22 @@ fn dropout_only_in_training_mode() {
 }
 
 #[test]
-fn a_rank_past_the_smallest_adapted_side_is_refused_naming_r() {
+fn a_rank_past_every_adapted_weight_is_refused_naming_r() {
     let mut m = CausalLm::from_hf_dir(model_dir("tiny-qwen3"), DType::F32, &Device::Cpu).unwrap();
     let c = m.config().clone();
-    let kv = c.num_key_value_heads * c.head_dim;
-    let smallest = kv.min(c.hidden_size);
-    let too_big = LoraConfig::new(smallest + 1, 8.0);
-    let e = m.add_lora(too_big, 1).unwrap_err().to_string();
+    // The default targets are q, k, v and o: the largest side is q's or o's.
+    let largest = (c.num_attention_heads * c.head_dim).max(c.hidden_size);
+    let e = m
+        .add_lora(LoraConfig::new(largest + 1, 8.0), 1)
+        .unwrap_err()
+        .to_string();
     assert!(
-        e.contains("`r`") && e.contains(&format!("at most {smallest}")) && e.contains("k_proj"),
+        e.contains("`r`") && e.contains(&format!("at most {largest}")),
         "{e}"
     );
     assert!(m.lora_config().is_none());
-    m.add_lora(LoraConfig::new(smallest, 8.0), 1).unwrap();
+    // Past k_proj's smaller side but within q's: allowed, as in PEFT.
+    let kv = c.num_key_value_heads * c.head_dim;
+    m.add_lora(LoraConfig::new(kv.min(c.hidden_size) + 1, 8.0), 1)
+        .unwrap();
 }
