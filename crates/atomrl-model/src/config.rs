@@ -251,7 +251,15 @@ impl ModelConfig {
         let opt_f64 = |key: &str| optional_field(obj, key, "a number", Value::as_f64);
         let opt_bool = |key: &str| optional_field(obj, key, "true or false", Value::as_bool);
         let opt_usize = |key: &str| {
-            optional_field(obj, key, "a non-negative integer", Value::as_u64)
+            // `32768.0` is the integer Python would take it for.
+            let integral = |v: &Value| {
+                v.as_u64().or_else(|| {
+                    v.as_f64()
+                        .filter(|x| *x >= 0.0 && x.fract() == 0.0 && *x < u64::MAX as f64)
+                        .map(|x| x as u64)
+                })
+            };
+            optional_field(obj, key, "a non-negative integer", integral)
                 .map(|x| x.map(|x| x as usize))
         };
         let hidden_size = usize_field("hidden_size")?;

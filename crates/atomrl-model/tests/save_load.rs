@@ -296,8 +296,12 @@ fn config_values_that_cannot_be_this_checkpoint_are_refused() {
     let mut cfg = base.clone();
     cfg["rms_norm_eps"] = serde_json::Value::Null;
     std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    // An integral float is the integer Python would read it as.
+    cfg["max_position_embeddings"] = serde_json::json!(4096.0);
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
     let m = CausalLm::from_hf_dir(dir, DType::F32, &d).unwrap();
     assert_eq!(m.config().rms_norm_eps, 1e-6);
+    assert_eq!(m.config().max_position_embeddings, 4096);
 }
 
 #[test]
