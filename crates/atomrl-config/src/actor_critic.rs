@@ -126,6 +126,23 @@ pub struct TrpoArgs {
     pub fisher_fraction: f64,
 }
 
+impl TrpoArgs {
+    /// The settings `atomrl_optim::trust_region_update` takes from these.
+    ///
+    /// ```
+    /// let t = atomrl_config::TrpoArgs::default().trust_region();
+    /// assert!(t.max_kl > 0.0 && t.cg_iters > 0);
+    /// ```
+    pub fn trust_region(&self) -> atomrl_optim::TrustRegion {
+        atomrl_optim::TrustRegion {
+            max_kl: self.max_kl,
+            cg_iters: self.cg_iters,
+            max_backtracks: self.max_backtracks,
+            accept_ratio: self.accept_ratio,
+        }
+    }
+}
+
 impl Default for TrpoArgs {
     fn default() -> Self {
         Self {

@@ -337,6 +337,16 @@ fn check_dpo(a: &GRPOArgs) -> Result<()> {
 
 /// A `resume` folder exists.
 fn check_resume(a: &GRPOArgs) -> Result<()> {
+    let out = std::path::Path::new(&a.output_dir);
+    if out.exists() && !out.is_dir() {
+        let got = format!("{}, which is a file", out.display());
+        return Err(Error::value(
+            FUNC,
+            "output_dir",
+            "a folder (or a path to create one at)",
+            got,
+        ));
+    }
     if let Some(dir) = a.resume.path() {
         if !dir.is_dir() {
             return Err(Error::value(

@@ -28,6 +28,27 @@ pub struct CpuPlan {
     pub workers: usize,
 }
 
+impl CpuPlan {
+    /// A warning when `workers × threads` exceeds `cores`: every op then waits for threads the
+    /// OS has to time-slice (1 worker × 1,000 threads on 2 cores barely moved), and nothing
+    /// else would tell the user why the run crawls.
+    ///
+    /// ```
+    /// use atomrl_core::cpu_plan::CpuPlan;
+    /// assert!(CpuPlan { threads: 1, workers: 2 }.oversubscription(2).is_none());
+    /// assert!(CpuPlan { threads: 4, workers: 2 }.oversubscription(2).is_some());
+    /// ```
+    pub fn oversubscription(&self, cores: usize) -> Option<String> {
+        let (w, t) = (self.workers, self.threads);
+        (w.saturating_mul(t) > cores).then(|| {
+            format!(
+                "{w} worker(s) × {t} thread(s) on {cores} core(s): more threads than cores slow \
+                 every op down (0 for `threads` and `workers` chooses)"
+            )
+        })
+    }
+}
+
 /// The CPU plan for a model of `num_params` parameters on this machine's cores; a non-zero
 /// `threads` or `workers` is kept as given (0 = choose). See [`WORKERS_MAX_PARAMS`] for the
 /// rule and [`cpu_plan_for`] for it with the core count given.

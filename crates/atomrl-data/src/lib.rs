@@ -41,7 +41,7 @@ pub use example::{ChatMessage, Example, Prompt};
 pub use hub::{hub_cache_dir, resolve_hub_dataset, resolve_hub_dataset_shards};
 pub use jsonl::{load_jsonl, parse_jsonl, write_jsonl};
 pub use parquet::{load_gsm8k_parquet, load_parquet};
-pub use preference::{is_preference_dataset, Preference};
+pub use preference::{is_preference_dataset, require_preference_dataset, Preference};
 pub use sampler::{EpochSampler, SamplerState};
 pub use shuffle::{seeded_permutation, SplitMix64};
 pub use source::{DataSource, SYNTHETIC_DEFAULT, SYNTHETIC_DEFAULT_PROBLEMS};

@@ -36,6 +36,28 @@ pub struct Preference {
     pub margin: Option<f64>,
 }
 
+/// Checks that `examples` are preference pairs, which `recipe` trains on: an error naming the
+/// `dataset` key otherwise (its rows mixed, or plain prompts).
+///
+/// ```
+/// use atomrl_data::{require_preference_dataset, Example};
+/// let prompts = [Example::new("2+2?", "4")];
+/// let err = require_preference_dataset(&prompts, "--recipe reward").unwrap_err().to_string();
+/// assert!(err.contains("`dataset` must be preference pairs"), "{err}");
+/// ```
+pub fn require_preference_dataset(examples: &[Example], recipe: &str) -> atomrl_core::Result<()> {
+    if is_preference_dataset(examples)? {
+        return Ok(());
+    }
+    let expected = format!("preference pairs (`chosen` / `rejected`), which `{recipe}` trains on");
+    Err(atomrl_core::Error::value(
+        "config",
+        "dataset",
+        expected,
+        "prompts without pairs",
+    ))
+}
+
 /// Whether a dataset is made of preference pairs (`true`: every example has one) or of
 /// prompts (`false`: none has); a mix is refused, naming the first odd example by its prompt
 /// (examples are shuffled when split: their index would not find them in the file).

@@ -35,6 +35,7 @@ mod registry;
 mod schedule;
 mod step_settings;
 mod trpo;
+mod trust_region;
 
 pub use adamw::{AdamW, AdamWConfig};
 pub use flat::{flatten_vars, set_vars_from_flat};
@@ -46,3 +47,4 @@ pub use trpo::{
     backtracking_line_search, conjugate_gradient, fisher_vector_product, trust_region_step,
     CgSolution, LineSearchResult,
 };
+pub use trust_region::{trust_region_update, TrustRegion, TrustRegionOutcome};

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use atomrl_core::shape::scalar_f64;
-use atomrl_core::{CandleContext, Error, Result};
+use atomrl_core::{CandleContext, Result};
 use atomrl_loss::compute_reward_model_loss;
 use atomrl_model::{CausalLm, HeadLayout, ValueModel};
 use atomrl_rollout::{experience_scores, pair_margins, split_pairs, Experience};
@@ -92,15 +92,7 @@ impl RewardModelStep {
 impl RecipeStep for RewardModelStep {
     /// The training set must be preference pairs.
     fn check_data(&self, run: &RunData) -> Result<()> {
-        if atomrl_data::is_preference_dataset(&run.train_set)? {
-            return Ok(());
-        }
-        Err(Error::value(
-            "config",
-            "dataset",
-            "preference pairs (`chosen` / `rejected`), which `--recipe reward` trains on",
-            "prompts without pairs",
-        ))
+        atomrl_data::require_preference_dataset(&run.train_set, "--recipe reward")
     }
 
     /// `batch_size` pairs of the dataset (which must be preference pairs).

@@ -74,9 +74,16 @@ fn plan_cpu(args: &mut GRPOArgs, ranks_here: usize) {
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let cores = (cores / ranks_here.max(1)).max(1);
+    let warn = |plan: crate::runtime::CpuPlan| {
+        if let Some(w) = plan.oversubscription(cores) {
+            eprintln!("warning: {w}");
+        }
+    };
     if args.threads > 0 && args.workers > 0 {
-        warn_if_oversubscribed(args.workers, args.threads, cores);
-        return;
+        return warn(crate::runtime::CpuPlan {
+            threads: args.threads,
+            workers: args.workers,
+        });
     }
     let params = crate::runtime::resolve_model_dir(&args.model)
         .ok()
@@ -84,7 +91,7 @@ fn plan_cpu(args: &mut GRPOArgs, ranks_here: usize) {
         .map(|c| c.num_parameters());
     if let Some(params) = params {
         let plan = crate::runtime::cpu_plan_for(params, cores, args.threads, args.workers);
-        warn_if_oversubscribed(plan.workers, plan.threads, cores);
+        warn(plan);
         println!(
             "CPU plan: {} worker(s) of {} thread(s) for {:.1} M parameters",
             plan.workers,
@@ -93,18 +100,6 @@ fn plan_cpu(args: &mut GRPOArgs, ranks_here: usize) {
         );
         args.threads = plan.threads;
         args.workers = plan.workers;
-    }
-}
-
-/// Says so when `workers × threads` is more than the cores: every op then waits for threads
-/// the OS has to time-slice (1 worker × 1,000 threads on 2 cores barely moved), and nothing
-/// else would tell the user why the run crawls.
-fn warn_if_oversubscribed(workers: usize, threads: usize, cores: usize) {
-    if workers.saturating_mul(threads) > cores {
-        eprintln!(
-            "warning: {workers} worker(s) × {threads} thread(s) on {cores} core(s): more \
-             threads than cores slow every op down (0 for `threads` and `workers` chooses)"
-        );
     }
 }
 

@@ -369,14 +369,6 @@ impl Trainer {
         if self.state.comm.rank() != 0 {
             return Ok(MetricsLogger::disabled(output_dir));
         }
-        if output_dir.exists() && !output_dir.is_dir() {
-            return Err(Error::value(
-                "config",
-                "output_dir",
-                "a folder (or a path to create one at)",
-                format!("{}, which is a file", output_dir.display()),
-            ));
-        }
         std::fs::create_dir_all(output_dir).map_err(|e| Error::file(output_dir.display(), e))?;
         // The configuration as resolved (preset, file, overrides): what `atomrl-compare`
         // diffs, and a file that reruns the run.
@@ -451,14 +443,10 @@ impl Trainer {
         let mut row = MetricRow::new(0);
         push_eval(&mut row, &r);
         logger.log(&row)?;
-        logger.println(if r.count > 0 {
-            format!(
-                "step 0: held-out greedy accuracy {:.1}% ({} examples)",
-                100.0 * r.accuracy,
-                r.count
-            )
-        } else {
-            "step 0: no held-out examples to measure".to_string()
+        let (acc, n) = (100.0 * r.accuracy, r.count);
+        logger.println(match n {
+            0 => "step 0: no held-out examples to measure".to_string(),
+            _ => format!("step 0: held-out greedy accuracy {acc:.1}% ({n} examples)"),
         });
         Ok(r)
     }

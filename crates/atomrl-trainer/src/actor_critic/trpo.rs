@@ -9,10 +9,7 @@
 use atomrl_core::shape::masked_sum;
 use atomrl_core::{CandleContext, Result};
 use atomrl_loss::{aggregate_loss, compute_kl_penalty, AggOptions, KlEstimator};
-use atomrl_optim::{
-    backtracking_line_search, conjugate_gradient, fisher_vector_product, flatten_vars,
-    set_vars_from_flat, trust_region_step,
-};
+use atomrl_optim::{fisher_vector_product, flatten_vars, set_vars_from_flat, trust_region_update};
 use atomrl_rollout::parallel::Parallel;
 use atomrl_rollout::{experience_log_probs, sharded_log_probs, Experience, LossNormalizer};
 use candle_core::{Tensor, Var};
@@ -101,60 +98,24 @@ pub(crate) fn trpo_update(
         stats.skipped = Some(format!("surrogate gradient norm {}", stats.grad_norm));
         return Ok(stats);
     }
-    let minus_g: Vec<f64> = g.iter().map(|x| -x).collect();
-    let (step, cg_iterations) = match p.natural_step(&theta, &minus_g, trpo) {
-        Ok(found) => found,
-        Err(Skip::Step(reason)) => {
-            p.set_params(&theta)?;
-            stats.skipped = Some(reason);
-            return Ok(stats);
-        }
-        Err(Skip::Failed(e)) => return Err(e),
-    };
-    stats.cg_iterations = cg_iterations;
-    let expected: f64 = -g.iter().zip(&step).map(|(a, b)| a * b).sum::<f64>();
-    let search = backtracking_line_search(
-        |fraction| {
-            p.set_params(&shifted(&theta, &step, fraction))?;
-            let (new_loss, kl) = p.evaluate()?;
-            Ok((loss - new_loss, kl))
+    let out = trust_region_update(
+        &theta,
+        loss,
+        &g,
+        |v| p.fisher_product(&theta, v, trpo),
+        |params| {
+            p.set_params(params)?;
+            p.evaluate()
         },
-        expected,
-        trpo.max_kl,
-        trpo.max_backtracks,
-        trpo.accept_ratio,
+        &trpo.trust_region(),
     )?;
-    if search.accepted {
-        p.set_params(&shifted(&theta, &step, search.fraction))?;
-        stats.fraction = search.fraction;
-        stats.kl = search.kl;
-        stats.improvement = search.improvement;
-    } else {
-        p.set_params(&theta)?;
-        stats.skipped = Some(format!(
-            "the TRPO line search accepted none of {} step fractions",
-            search.tries
-        ));
-    }
+    p.set_params(&out.params)?;
+    stats.fraction = out.fraction;
+    stats.kl = out.kl;
+    stats.improvement = out.improvement;
+    stats.cg_iterations = out.cg_iterations;
+    stats.skipped = out.skipped;
     Ok(stats)
-}
-
-/// Why [`Problem::natural_step`] found no step.
-enum Skip {
-    /// A Fisher-vector product was not finite (the shifted policy's log-probs): the step is
-    /// skipped, as every recipe skips a step that meets NaN or Inf.
-    Step(String),
-    /// Anything else: the run ends with it.
-    Failed(atomrl_core::Error),
-}
-
-/// `θ + fraction · step`.
-fn shifted(theta: &[f64], step: &[f64], fraction: f64) -> Vec<f64> {
-    theta
-        .iter()
-        .zip(step)
-        .map(|(t, s)| t + fraction * s)
-        .collect()
 }
 
 /// Which function of the policy a gradient is of.
@@ -231,72 +192,37 @@ impl Problem<'_> {
         Ok(Ok((outcome.loss, grads.flat(self.params())?)))
     }
 
-    /// The full step `sqrt(2δ / xᵀFx)·x` along the conjugate-gradient solution `x` of
-    /// `F·x = −g`, and the CG iterations it took.
-    fn natural_step(
-        &self,
-        theta: &[f64],
-        minus_g: &[f64],
-        trpo: &TrpoArgs,
-    ) -> std::result::Result<(Vec<f64>, usize), Skip> {
-        let non_finite = std::cell::RefCell::new(None);
-        let fvp = |v: &[f64]| match self.fisher_product(theta, v, trpo)? {
-            Ok(fv) => Ok(fv),
-            Err(reason) => {
-                let e = atomrl_core::Error::value(FUNC, "Fisher-vector product", "finite", &reason);
-                *non_finite.borrow_mut() = Some(reason);
-                Err(e)
-            }
-        };
-        let solved = conjugate_gradient(fvp, minus_g, trpo.cg_iters, 1e-10).and_then(|cg| {
-            let f_x = fvp(&cg.x)?;
-            Ok((trust_region_step(&cg.x, &f_x, trpo.max_kl)?, cg.iterations))
-        });
-        match (solved, non_finite.into_inner()) {
-            (Ok(found), _) => Ok(found),
-            (Err(_), Some(reason)) => Err(Skip::Step(format!(
-                "a Fisher-vector product met {reason} (trpo.fvp_shift moves the policy too far?)"
-            ))),
-            (Err(e), None) => Err(Skip::Failed(e)),
-        }
-    }
-
     /// `(F + damping·I)·v` by [`fisher_vector_product`] with a shift of norm
-    /// `trpo.fvp_shift`; the parameters are restored to `theta`.
-    /// `Ok(Err(reason))` when a KL gradient at a shifted point was not finite.
+    /// `trpo.fvp_shift`; the parameters are restored to `theta`. `None` when a shifted
+    /// policy's log-probs were not finite.
     fn fisher_product(
         &self,
         theta: &[f64],
         v: &[f64],
         trpo: &TrpoArgs,
-    ) -> Result<std::result::Result<Vec<f64>, String>> {
+    ) -> Result<Option<Vec<f64>>> {
         let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
         if norm == 0.0 {
-            return Ok(Ok(vec![0.0; v.len()]));
+            return Ok(Some(vec![0.0; v.len()]));
         }
-        let non_finite = std::cell::RefCell::new(None);
+        // A skipped gradient is NaN here, so that the product is, and says so below.
         let grad_kl = |at: &[f64]| -> Result<Vec<f64>> {
-            match self.gradient(at, Objective::Kl)? {
-                Ok((_, g)) => Ok(g),
-                Err(reason) => {
-                    let e = atomrl_core::Error::value(FUNC, "KL gradient", "finite", &reason);
-                    *non_finite.borrow_mut() = Some(reason);
-                    Err(e)
-                }
-            }
+            Ok(match self.gradient(at, Objective::Kl)? {
+                Ok((_, g)) => g,
+                Err(_) => vec![f64::NAN; at.len()],
+            })
         };
-        let fv = fisher_vector_product(grad_kl, theta, v, trpo.fvp_shift / norm);
+        let fv = fisher_vector_product(grad_kl, theta, v, trpo.fvp_shift / norm)?;
         self.set_params(theta)?;
-        let fv = match (fv, non_finite.into_inner()) {
-            (Ok(fv), _) => fv,
-            (Err(_), Some(reason)) => return Ok(Err(reason)),
-            (Err(e), None) => return Err(e),
-        };
-        Ok(Ok(fv
-            .iter()
-            .zip(v)
-            .map(|(f, x)| f + trpo.damping * x)
-            .collect()))
+        if !fv.iter().all(|x| x.is_finite()) {
+            return Ok(None);
+        }
+        Ok(Some(
+            fv.iter()
+                .zip(v)
+                .map(|(f, x)| f + trpo.damping * x)
+                .collect(),
+        ))
     }
 
     /// The surrogate loss and the k3 KL to the old policy (token mean) at the current
