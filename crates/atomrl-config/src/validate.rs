@@ -38,6 +38,16 @@ fn check_sources(a: &GRPOArgs) -> Result<()> {
             "a folder for the run's checkpoints and metrics",
         ));
     }
+    let out = std::path::Path::new(&a.output_dir);
+    if out.exists() && !out.is_dir() {
+        let got = format!("{}, which is a file", out.display());
+        return Err(Error::value(
+            FUNC,
+            "output_dir",
+            "a folder (or a path to create one at)",
+            got,
+        ));
+    }
     if a.dataset.trim().is_empty() {
         return Err(Error::missing(
             FUNC,
@@ -128,12 +138,12 @@ fn check_counts(a: &GRPOArgs) -> Result<()> {
     Ok(())
 }
 
-/// The most rows one step may hold (the same bound as `atomrl_sample::MAX_ROWS` for one
-/// generation call). A step's rows (prompts × completions) are all in memory
-/// at once, in tensors and per-row host buffers; a count past this is a typo, and without the
+/// The most rows one step may hold: the bound of one generation call
+/// ([`atomrl_sample::MAX_ROWS`]). A step's rows (prompts × completions) are all in memory at
+/// once, in tensors and per-row host buffers; a count past this is a typo, and without the
 /// check it ends in an allocation failure (an abort) minutes into the run instead of an error
 /// naming the key.
-pub const MAX_STEP_ROWS: usize = 1 << 20;
+pub const MAX_STEP_ROWS: usize = atomrl_sample::MAX_ROWS;
 
 /// The most compute threads of an op, and the most data-parallel workers: more than the
 /// largest CPU servers' hardware threads. Each worker holds its own gradient store, and
@@ -150,12 +160,11 @@ fn check_step_rows(a: &GRPOArgs) -> Result<()> {
         return Ok(());
     }
     let (b, g) = (a.batch_size, a.num_generations);
-    if b.checked_mul(g).is_some_and(|rows| rows <= MAX_STEP_ROWS) {
-        return Ok(());
-    }
-    let rows = b
-        .checked_mul(g)
-        .map_or("more than usize holds".to_string(), |r| r.to_string());
+    let rows = match b.checked_mul(g) {
+        Some(rows) if rows <= MAX_STEP_ROWS => return Ok(()),
+        Some(rows) => rows.to_string(),
+        None => "more than usize holds".to_string(),
+    };
     let expected = format!(
         "such that batch_size × num_generations, the rows of a step, is at most {MAX_STEP_ROWS}"
     );
@@ -337,16 +346,6 @@ fn check_dpo(a: &GRPOArgs) -> Result<()> {
 
 /// A `resume` folder exists.
 fn check_resume(a: &GRPOArgs) -> Result<()> {
-    let out = std::path::Path::new(&a.output_dir);
-    if out.exists() && !out.is_dir() {
-        let got = format!("{}, which is a file", out.display());
-        return Err(Error::value(
-            FUNC,
-            "output_dir",
-            "a folder (or a path to create one at)",
-            got,
-        ));
-    }
     if let Some(dir) = a.resume.path() {
         if !dir.is_dir() {
             return Err(Error::value(

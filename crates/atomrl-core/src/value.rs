@@ -661,10 +661,13 @@ fn tensor_json(t: &Tensor, non_finite: fn(f64) -> Value) -> Result<Value> {
 fn f32_json(x: f32, non_finite: fn(f64) -> Value) -> Value {
     // JSON numbers are f64; going through f32's shortest round-trip decimal prints 0.8660239
     // rather than the widened 0.8660238981246948.
-    match format!("{x}").parse::<f64>() {
-        Ok(wide) if x.is_finite() => f64_json(wide, non_finite),
-        _ => non_finite(f64::from(x)),
+    if !x.is_finite() {
+        return non_finite(f64::from(x));
     }
+    format!("{x}").parse::<f64>().map_or_else(
+        |_| non_finite(f64::from(x)),
+        |wide| f64_json(wide, non_finite),
+    )
 }
 
 fn f64_json(x: f64, non_finite: fn(f64) -> Value) -> Value {

@@ -724,10 +724,10 @@ impl CausalLm {
     }
 
     /// [`CausalLm::generation_view`] for a batch of `rows` sequences. With one, the CPU view
-    /// of a model under 1 GiB of projections (`TRANSPOSED_WEIGHTS_MAX_BYTES`) keeps the plain projections: a lone
-    /// sequence's decode steps multiply one row at a time, which gemm's matrix-vector path does
-    /// from the weights as they are, so transposed copies would only cost their making (5 ms of
-    /// a 64-token prefill at the 4m bench shape). A larger model's view computes its few-row
+    /// of a model under 1 GiB of projections (`TRANSPOSED_WEIGHTS_MAX_BYTES`) keeps the plain
+    /// projections: a lone sequence's decode steps multiply one row at a time, which gemm's
+    /// matrix-vector path does from the weights as they are, so transposed copies would only
+    /// cost their making (5 ms of a 64-token prefill at the 4m bench shape). A larger model's view computes its few-row
     /// products as `(W · xᵀ)ᵀ` whatever the batch, as that costs nothing to set up: its prompt
     /// pass gains (Qwen2.5-0.5B, one 32-token prompt: the down projection 8.5 → 1.4 ms a
     /// layer).

@@ -92,9 +92,10 @@ impl PromptEncoder {
         Ok(ids)
     }
 
-    /// The pair experience of preference `examples` ([`Experience::from_pairs`](crate::Experience::from_pairs)): each
-    /// prompt encoded, each side [`encode_target`](Self::encode_target)ed, each pair's
-    /// `margin` (0 when absent) on its rows.
+    /// The pair experience of preference `examples`
+    /// ([`Experience::from_pairs`](crate::Experience::from_pairs)): each prompt encoded, each
+    /// side [`encode_target`](Self::encode_target)ed, each pair's `margin` (0 when absent) on
+    /// its rows.
     ///
     /// # Errors
     /// [`atomrl_core::Error::Value`] naming `examples` when one has no preference pair;

@@ -105,8 +105,8 @@ pub fn generate_samples_with(
 
 /// The most sequences one call decodes at once (prompts × `num_generations`). Every row has
 /// host buffers and a KV cache from the first step, so a count past this is a typo that would
-/// end in an allocation failure (an abort) rather than an error; the trainer bounds a step's
-/// rows the same way (`atomrl_config::MAX_STEP_ROWS`).
+/// end in an allocation failure (an abort) rather than an error; the trainer's configuration
+/// bounds a step's rows by it too (`atomrl_config::MAX_STEP_ROWS`).
 pub const MAX_ROWS: usize = 1 << 20;
 
 /// `prompts × num_generations` within [`MAX_ROWS`].
