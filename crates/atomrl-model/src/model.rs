@@ -303,7 +303,12 @@ impl CausalLm {
                 Init::Ones => vec![1.0; n],
                 Init::Zeros => vec![0.0; n],
             };
-            let t = Tensor::from_vec(data, spec.shape.clone(), device).ctx(func)?;
+            // Each tensor leaves f64 at once: holding every one in f64 until the end doubled
+            // the build's memory, and the heap kept it (Qwen2.5-0.5B: 5.7 GB resident after
+            // the build instead of 3.8). The values are the same cast, made earlier.
+            let t = Tensor::from_vec(data, spec.shape.clone(), device)
+                .and_then(|t| t.to_dtype(dtype))
+                .ctx(func)?;
             tensors.insert(spec.name, t);
         }
         Self::from_tensors(config, tensors, dtype, device)
