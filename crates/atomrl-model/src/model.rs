@@ -1183,6 +1183,30 @@ mod tests {
             .unwrap()
     }
 
+    /// A random model in a narrower dtype is the f64 one rounded, tensor by tensor: each
+    /// tensor is cast as it is made, and its values do not depend on when.
+    #[test]
+    fn a_random_model_in_any_dtype_is_the_f64_one_rounded() {
+        let c = ModelConfig::new(Architecture::Qwen2, 64, 16, 32, 2, 4, 2).unwrap();
+        let wide = CausalLm::from_config_random(c.clone(), 5, DType::F64, &Device::Cpu).unwrap();
+        for dtype in [DType::F32, DType::BF16] {
+            let narrow = CausalLm::from_config_random(c.clone(), 5, dtype, &Device::Cpu).unwrap();
+            let names = narrow.named_vars();
+            assert_eq!(names.len(), wide.named_vars().len());
+            for (name, var) in names {
+                assert_eq!(var.dtype(), dtype, "{name}");
+                let expected = wide.tensor(&name).unwrap().to_dtype(dtype).unwrap();
+                let values = |t: &Tensor| t.to_dtype(DType::F64).unwrap().flatten_all().unwrap();
+                let (a, b) = (values(var.as_tensor()), values(&expected));
+                assert_eq!(
+                    a.to_vec1::<f64>().unwrap(),
+                    b.to_vec1::<f64>().unwrap(),
+                    "{name} in {dtype:?}"
+                );
+            }
+        }
+    }
+
     /// The fused kernels (what a GPU generation view runs) give the tensor-op forms' logits
     /// on the CPU: full forward with padding, then cached decoding, for Qwen3 (q/k norms) in
     /// f32 and in bf16.

@@ -28,16 +28,29 @@ struct Ceiling {
 
 /// Recorded on the 2-core AMD EPYC machine (docs/performance.md, "Operation counts"): buffers
 /// +15%, MiB +30% (matmul packing buffers are sized from the CPU's caches).
-const CEILINGS: [Ceiling; 7] = [
-    ceiling("decode.step", 115, 11.35),
-    ceiling("train.forward", 151, 18.19),
-    ceiling("train.backward", 215, 28.27),
-    ceiling("grads.accumulate", 10, 3.51),
-    // The norm sums squares without a buffer of them (performance.md item 17).
-    ceiling("grads.clip", 1, 0.02),
-    ceiling("optimizer.step", 1, 0.01),
-    ceiling("forward.layer.attention", 22, 1.30),
-];
+fn ceilings() -> [Ceiling; 7] {
+    [
+        ceiling("decode.step", 115, 11.35),
+        ceiling("train.forward", 151, 18.19),
+        ceiling("train.backward", backward_buffers(), 28.27),
+        ceiling("grads.accumulate", 10, 3.51),
+        // The norm sums squares without a buffer of them (performance.md item 17).
+        ceiling("grads.clip", 1, 0.02),
+        ceiling("optimizer.step", 1, 0.01),
+        ceiling("forward.layer.attention", 22, 1.30),
+    ]
+}
+
+/// A micro-batch's backward buffers as recorded: 215 with AVX-512, 250 on a first-generation
+/// Zen EPYC without it (2026-11-30, the same code; every other phase stayed under its
+/// ceiling there). One +15% margin cannot hold both CPUs: 250 is 16% over 215.
+fn backward_buffers() -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if !std::arch::is_x86_feature_detected!("avx512f") {
+        return 250;
+    }
+    215
+}
 
 /// A phase's ceiling from its recorded per-call counts.
 const fn ceiling(phase: &'static str, buffers: u32, mib: f64) -> Ceiling {
@@ -156,7 +169,7 @@ fn tensor_ops_and_allocations_stay_under_their_ceilings() {
 
     let mut report = String::new();
     let mut over = Vec::new();
-    for c in &CEILINGS {
+    for c in &ceilings() {
         let (counts, calls) = per_call(&stats, c.phase);
         let mib = counts.bytes as f64 / (1 << 20) as f64;
         report.push_str(&format!(
