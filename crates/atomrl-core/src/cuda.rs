@@ -49,23 +49,20 @@ pub fn contiguous_range(l: &Layout, what: &str) -> candle_core::Result<(usize, u
     })
 }
 
-/// An elementwise launch over `n` elements: 256 threads per block, at most 65,535 blocks (the
-/// kernels stride over the rest).
+/// An elementwise launch over `n` elements ([`crate::launch_dims::elementwise`]).
 pub fn elementwise_launch(n: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (n.div_ceil(256).clamp(1, 65_535) as u32, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    }
+    config(crate::launch_dims::elementwise(n))
 }
 
-/// One block per row of `width` elements: a multiple of 32 threads, at most 256 (the row
-/// kernels of `model.cu` reduce over the block).
+/// One block per row of `width` elements ([`crate::launch_dims::rows`]).
 pub fn rows_launch(rows: usize, width: usize) -> LaunchConfig {
-    let threads = width.div_ceil(32).clamp(1, 8) as u32 * 32;
+    config(crate::launch_dims::rows(rows, width))
+}
+
+fn config((grid, block): crate::launch_dims::Dims) -> LaunchConfig {
     LaunchConfig {
-        grid_dim: (rows.max(1) as u32, 1, 1),
-        block_dim: (threads, 1, 1),
+        grid_dim: (grid[0], grid[1], grid[2]),
+        block_dim: (block[0], block[1], block[2]),
         shared_mem_bytes: 0,
     }
 }

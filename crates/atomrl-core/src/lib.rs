@@ -36,6 +36,7 @@ pub mod device;
 pub mod error;
 pub mod golden;
 pub mod hub;
+pub mod launch_dims;
 pub mod profile;
 pub mod registry;
 pub mod rng;

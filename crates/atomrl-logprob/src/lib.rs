@@ -33,6 +33,8 @@ mod cuda;
 mod fused;
 mod hidden;
 pub mod kernel_check;
+#[cfg(test)]
+mod kernels_sim;
 mod registry;
 mod selective;
 mod sequence;

@@ -115,7 +115,7 @@ pub(crate) fn adamw(
 /// Blocks of the squared-norm kernel per tensor: enough to keep every SM of a large GPU busy
 /// on a large tensor, one per 2,048 elements on a small one.
 fn sq_norm_blocks(n: usize) -> usize {
-    n.div_ceil(2048).clamp(1, 512)
+    atomrl_core::launch_dims::sq_norm(n).0[0] as usize
 }
 
 /// `Σ x²` of each f32 tensor of `ts` (all on one CUDA device), each as f32 partial sums of a

@@ -31,6 +31,8 @@ mod cuda;
 mod flat;
 mod grads;
 mod inplace;
+#[cfg(test)]
+mod kernels_sim;
 mod registry;
 mod schedule;
 mod step_settings;

@@ -55,6 +55,8 @@ mod params;
 mod philox;
 #[cfg(feature = "cuda")]
 mod pick_cuda;
+#[cfg(test)]
+mod pick_sim;
 mod process;
 mod registry;
 mod rollout;

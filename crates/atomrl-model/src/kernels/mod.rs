@@ -27,6 +27,8 @@ mod exp;
 mod gemv;
 mod rms_norm;
 mod rope;
+#[cfg(test)]
+mod sim_tests;
 mod swiglu;
 
 pub(crate) use attention_softmax::{attention_softmax, attention_softmax_backward, KeyMask};

@@ -722,5 +722,7 @@ fn with_htod_cache<R>(device: &Device, f: impl FnOnce() -> R) -> R {
 }
 
 #[cfg(test)]
+mod sim_tests;
+#[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;

@@ -1,0 +1,40 @@
+//! The grid and block dimensions of AtomRL's CUDA launches, as plain numbers: the CUDA build
+//! turns them into cudarc's `LaunchConfig` (`atomrl_core::cuda`, feature `cuda`), and the CPU
+//! emulation of the kernels (atomrl-cuda-sim) runs them with the very same dimensions.
+
+/// Grid and block dimensions `([x, y, z], [x, y, z])`.
+pub type Dims = ([u32; 3], [u32; 3]);
+
+/// An elementwise launch over `n` elements: 256 threads per block, at most 65,535 blocks (the
+/// kernels stride over the rest).
+///
+/// ```
+/// assert_eq!(atomrl_core::launch_dims::elementwise(1_000), ([4, 1, 1], [256, 1, 1]));
+/// assert_eq!(atomrl_core::launch_dims::elementwise(0).0, [1, 1, 1]);
+/// ```
+pub fn elementwise(n: usize) -> Dims {
+    ([n.div_ceil(256).clamp(1, 65_535) as u32, 1, 1], [256, 1, 1])
+}
+
+/// One block per row of `width` elements: a multiple of 32 threads, at most 256 (the row
+/// kernels of `model.cu` and `logprob.cu` reduce over the block).
+///
+/// ```
+/// assert_eq!(atomrl_core::launch_dims::rows(6, 40), ([6, 1, 1], [64, 1, 1]));
+/// assert_eq!(atomrl_core::launch_dims::rows(2, 151_936).1, [256, 1, 1]);
+/// ```
+pub fn rows(rows: usize, width: usize) -> Dims {
+    let threads = width.div_ceil(32).clamp(1, 8) as u32 * 32;
+    ([rows.max(1) as u32, 1, 1], [threads, 1, 1])
+}
+
+/// The squared-norm launch over `n` elements (`atomrl_sq_norm_part_f32`): a fixed grid of one
+/// block per 2,048 elements, 1 to 512 blocks of 256 threads, each writing one partial sum, so
+/// that the norm is the same on every run.
+///
+/// ```
+/// assert_eq!(atomrl_core::launch_dims::sq_norm(10_000), ([5, 1, 1], [256, 1, 1]));
+/// ```
+pub fn sq_norm(n: usize) -> Dims {
+    ([n.div_ceil(2048).clamp(1, 512) as u32, 1, 1], [256, 1, 1])
+}

@@ -1,0 +1,35 @@
+//! Compiles AtomRL's CUDA kernels (`../atomrl-core/cuda/*.cu`) as host C++ with `sim/sim.h`
+//! force-included (the CUDA keywords and intrinsics the kernels use) and `sim/` first on the
+//! include path (stand-ins for `cuda_bf16.h` and `cuda_fp16.h`), together with the thread model
+//! of `sim/runtime.cpp`. Needs a C++20 compiler (for `std::barrier`), not a CUDA toolkit.
+
+use std::path::PathBuf;
+
+const KERNELS: [&str; 4] = ["optim", "model", "logprob", "decode"];
+
+fn main() {
+    let here = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let sim = here.join("sim");
+    let cuda = here.join("../atomrl-core/cuda");
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=sim");
+    println!("cargo:rerun-if-changed={}", cuda.display());
+    let mut build = cc::Build::new();
+    build
+        .cpp(true)
+        .std("c++20")
+        .include(&sim)
+        .flag("-include")
+        .flag(sim.join("sim.h").to_string_lossy().as_ref())
+        // The GPU rounds each `_rn` intrinsic on its own; a host FMA would round twice less.
+        .flag_if_supported("-ffp-contract=off")
+        .flag_if_supported("-Wno-unknown-pragmas")
+        .flag_if_supported("-Wno-unused-parameter")
+        .file(sim.join("runtime.cpp"));
+    for k in KERNELS {
+        // Each `.cu` as its own C++ translation unit.
+        build.file(cuda.join(format!("{k}.cu")));
+    }
+    build.flag("-x").flag("c++");
+    build.compile("atomrl_cuda_sim");
+}
