@@ -15,6 +15,7 @@ static ALLOCATOR: atomrl_core::profile::CountingAllocator = atomrl_core::profile
 mod dashboard_bench;
 mod device_check;
 mod hub_serve;
+mod kernel_races;
 mod matmul_bench;
 mod read_bandwidth;
 mod size;
@@ -58,6 +59,10 @@ enum Task {
     /// process, so that the 1 GiB it reads never counts in the bench's peak memory).
     #[command(hide = true)]
     ReadBandwidth,
+    /// Run the CUDA kernels' CPU tests (atomrl-cuda-sim) with the kernels built under
+    /// ThreadSanitizer: a race between a block's threads fails the run (g++ or clang with
+    /// libtsan).
+    KernelRaces,
     /// Serve a local stand-in of the Hugging Face Hub (the fixture model, single-file and
     /// sharded, and a GSM8K-format dataset) to try downloads offline: set `HF_ENDPOINT` to it.
     HubServe(hub_serve::HubServeArgs),
@@ -131,6 +136,7 @@ fn main() -> Result<()> {
         Task::Check => check(),
         Task::Deps => deps(),
         Task::Size => size::run(),
+        Task::KernelRaces => kernel_races::run(),
         Task::TinyModel(args) => tiny_model::run(&args),
         Task::TinyModelTools(args) => tiny_model::tools_model::run(&args),
         Task::Bench(args) => bench::run(&args),

@@ -104,14 +104,23 @@ pub(crate) fn launch(launch: Launch, kernel: &(dyn Fn() + Sync)) {
                     ffi::atomrl_sim_block_begin(grid.as_ptr(), dims.as_ptr(), index.as_ptr())
                 };
                 std::thread::scope(|s| {
-                    for t in 0..threads {
-                        s.spawn(move || {
-                            // SAFETY: within the block begun above; `t` < its thread count.
-                            unsafe { ffi::atomrl_sim_thread_begin(t) };
-                            kernel();
-                            // SAFETY: this thread's last call into the block.
-                            unsafe { ffi::atomrl_sim_thread_end() };
-                        });
+                    let threads: Vec<_> = (0..threads)
+                        .map(|t| {
+                            s.spawn(move || {
+                                // SAFETY: within the block begun above; `t` < its thread count.
+                                unsafe { ffi::atomrl_sim_thread_begin(t) };
+                                kernel();
+                                // SAFETY: this thread's last call into the block.
+                                unsafe { ffi::atomrl_sim_thread_end() };
+                            })
+                        })
+                        .collect();
+                    // Joined one by one (pthread_join), not only by the scope's end, so that
+                    // a sanitizer sees each thread's writes happen before the block's end.
+                    for t in threads {
+                        if let Err(panic) = t.join() {
+                            std::panic::resume_unwind(panic);
+                        }
                     }
                 });
                 // SAFETY: every thread of the block has returned (the scope joined them).
