@@ -51,15 +51,17 @@ pub fn contiguous_range(l: &Layout, what: &str) -> candle_core::Result<(usize, u
 
 /// An elementwise launch over `n` elements ([`crate::launch_dims::elementwise`]).
 pub fn elementwise_launch(n: usize) -> LaunchConfig {
-    config(crate::launch_dims::elementwise(n))
+    launch_config(crate::launch_dims::elementwise(n))
 }
 
 /// One block per row of `width` elements ([`crate::launch_dims::rows`]).
 pub fn rows_launch(rows: usize, width: usize) -> LaunchConfig {
-    config(crate::launch_dims::rows(rows, width))
+    launch_config(crate::launch_dims::rows(rows, width))
 }
 
-fn config((grid, block): crate::launch_dims::Dims) -> LaunchConfig {
+/// cudarc's launch configuration of `(grid, block)` dimensions from [`crate::launch_dims`] (no
+/// dynamic shared memory).
+pub fn launch_config((grid, block): crate::launch_dims::Dims) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (grid[0], grid[1], grid[2]),
         block_dim: (block[0], block[1], block[2]),

@@ -38,3 +38,34 @@ pub fn rows(rows: usize, width: usize) -> Dims {
 pub fn sq_norm(n: usize) -> Dims {
     ([n.div_ceil(2048).clamp(1, 512) as u32, 1, 1], [256, 1, 1])
 }
+
+/// The RMSNorm weight-gradient launch (`atomrl_rms_norm_dw_part_*`): blocks of 256 threads
+/// across the `h` columns, one grid row per chunk of rows.
+///
+/// ```
+/// assert_eq!(atomrl_core::launch_dims::rms_norm_dw(300, 3), ([2, 3, 1], [256, 1, 1]));
+/// ```
+pub fn rms_norm_dw(h: usize, chunks: usize) -> Dims {
+    ([h.div_ceil(256) as u32, chunks as u32, 1], [256, 1, 1])
+}
+
+/// Threads per block of the draw's first launch (`PICK_THREADS` in `decode.cu`).
+pub const PICK_THREADS: u32 = 256;
+
+/// The draw's first launch (`atomrl_pick_part_*`): block `(c, b)` for chunk `c` of row `b`.
+///
+/// ```
+/// assert_eq!(atomrl_core::launch_dims::pick_part(4, 3), ([4, 3, 1], [256, 1, 1]));
+/// ```
+pub fn pick_part(chunks: usize, rows: usize) -> Dims {
+    ([chunks as u32, rows as u32, 1], [PICK_THREADS, 1, 1])
+}
+
+/// The draw's second launch (`atomrl_pick_finish_*`): one thread per row, 64 a block.
+///
+/// ```
+/// assert_eq!(atomrl_core::launch_dims::pick_finish(70), ([2, 1, 1], [64, 1, 1]));
+/// ```
+pub fn pick_finish(rows: usize) -> Dims {
+    ([rows.div_ceil(64) as u32, 1, 1], [64, 1, 1])
+}

@@ -141,11 +141,7 @@ pub(crate) fn squared_norms(ts: &[&candle_core::Tensor]) -> Result<Vec<f64>> {
             let n = r.1 - r.0;
             let xv = s.as_cuda_slice::<f32>()?.slice(r.0..r.1);
             let mut pv = parts.slice_mut(offset..offset + b);
-            let config = candle_core::cuda_backend::cudarc::driver::LaunchConfig {
-                grid_dim: (b as u32, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let config = atomrl_core::cuda::launch_config(atomrl_core::launch_dims::sq_norm(n));
             // Launch: reads the `n` elements of the view, writes `b` partial sums; argument
             // types as in optim.cu.
             atomrl_core::launch_kernel!(func, config, &xv, &mut pv, &n)

@@ -8,9 +8,10 @@
 // writes.
 #![allow(unsafe_code)]
 
-use atomrl_core::cuda::{contiguous_range, with_cuda};
+use atomrl_core::cuda::{contiguous_range, launch_config, with_cuda};
+use atomrl_core::launch_dims::{self, PICK_THREADS as THREADS};
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig};
+use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
 use candle_core::cuda_backend::CudaDType;
 use candle_core::{DType, Result, Tensor, WithDType};
 use std::sync::OnceLock;
@@ -18,8 +19,6 @@ use std::sync::OnceLock;
 use crate::device_pick::{chunking, effective};
 use crate::philox::StepNoise;
 
-/// Threads per block of the first launch (`PICK_THREADS` in decode.cu).
-const THREADS: u32 = 256;
 /// f32 words of one block's partial state (`PickState` in decode.cu: best, index, max, sum).
 const STATE_WORDS: usize = 4;
 
@@ -111,22 +110,14 @@ pub(crate) fn pick(
             let mut out = unsafe { dev.alloc::<u32>(2 * rows)? };
             let has = i32::from(noise.is_some());
             let (it, vi, sp) = (inv_t as f32, v as i32, span as i32);
-            let config = LaunchConfig {
-                grid_dim: (chunks as u32, rows as u32, 1),
-                block_dim: (THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let config = launch_config(launch_dims::pick_part(chunks, rows));
             // Launch: reads rows × v logits and `rows` row ids (one when has = 0), writes
             // rows × chunks states; argument types as in decode.cu's atomrl_pick_part.
             atomrl_core::launch_kernel!(
                 part, config, &lv, &has, &seed[0], &seed[1], &ids, &step, &it, &vi, &sp, &mut parts
             )?;
             let (ri, ci) = (rows as i32, chunks as i32);
-            let config = LaunchConfig {
-                grid_dim: (rows.div_ceil(64) as u32, 1, 1),
-                block_dim: (64, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let config = launch_config(launch_dims::pick_finish(rows));
             // Launch: reads the states and each row's chosen logit, writes 2 × rows words;
             // argument types as in atomrl_pick_finish.
             atomrl_core::launch_kernel!(finish, config, &lv, &parts, &ri, &ci, &it, &vi, &mut out)?;

@@ -4,15 +4,13 @@
 //! `device-check` compare on a GPU, checked here on every CPU test run.
 #![allow(clippy::unwrap_used)]
 
+use atomrl_core::launch_dims::{self, PICK_THREADS as THREADS};
 use atomrl_cuda_sim::kernels::{self, PickNoise};
 use atomrl_cuda_sim::{Elem, Launch, PickState};
 use candle_core::{DType, Device, Tensor};
 
 use crate::device_pick::{chunking, draw, effective};
 use crate::philox::StepNoise;
-
-/// Threads of the first launch (`pick_cuda::THREADS`, decode.cu's `PICK_THREADS`).
-const THREADS: u32 = 256;
 
 /// `pick_cuda::pick`'s two launches, emulated: tokens and log-probs of `logits [B, V]`.
 fn kernel_draw<T: Elem + Default>(
@@ -30,13 +28,10 @@ fn kernel_draw<T: Elem + Default>(
         step: n.step,
     });
     let mut parts = vec![PickState::default(); rows * chunks];
-    let part = Launch {
-        grid: (chunks as u32, rows as u32, 1),
-        block: (THREADS, 1, 1),
-    };
+    let part = Launch::from_dims(launch_dims::pick_part(chunks, rows));
     kernels::pick_part(part, logits, noise, inv_t, v, span, &mut parts);
     let mut out = vec![0u32; 2 * rows];
-    let finish = Launch::linear(rows.div_ceil(64) as u32, 64);
+    let finish = Launch::from_dims(launch_dims::pick_finish(rows));
     kernels::pick_finish(finish, logits, &parts, chunks, inv_t, v, &mut out);
     let log_probs = out[rows..].iter().map(|&w| f32::from_bits(w)).collect();
     (out[..rows].to_vec(), log_probs)

@@ -10,7 +10,7 @@ use atomrl_core::cuda::{
     rows_launch as rows_config, tensor_from_slice as tensor, with_cuda,
 };
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig};
+use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
 use candle_core::cuda_backend::CudaDType;
 use candle_core::op::BackpropOp;
 use candle_core::{CudaStorage, DType, Layout, Result, Storage, Tensor};
@@ -150,11 +150,9 @@ pub(crate) fn rms_norm_bwd(
                         ptx(),
                     )?;
                     let (ri, ci) = (rows as i32, CHUNK as i32);
-                    let cfg = LaunchConfig {
-                        grid_dim: (h.div_ceil(256) as u32, chunks as u32, 1),
-                        block_dim: (256, 1, 1),
-                        shared_mem_bytes: 0,
-                    };
+                    let cfg = atomrl_core::cuda::launch_config(
+                        atomrl_core::launch_dims::rms_norm_dw(h, chunks),
+                    );
                     // Launch: reads x, g, inv; writes chunks × h of part (threads past h return).
                     atomrl_core::launch_kernel!(f, cfg, &xv, &gv, &inv, &part, &ri, &hi, &ci)?;
                     let dw = tensor(part, dev, (chunks, h)).sum(0)?.to_dtype(w.dtype())?;

@@ -193,6 +193,14 @@ pub(crate) mod testing {
         Var::from_tensor(&t).expect("var")
     }
 
+    /// The elements of `t` as f32, in row-major order.
+    pub fn flat(t: &Tensor) -> Vec<f32> {
+        t.flatten_all()
+            .and_then(|t| t.to_dtype(DType::F32))
+            .and_then(|t| t.to_vec1())
+            .expect("f32 elements")
+    }
+
     /// Largest absolute difference.
     pub fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
         (a - b)

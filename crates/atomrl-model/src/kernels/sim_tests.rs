@@ -13,7 +13,7 @@ use atomrl_cuda_sim::{Elem, Launch};
 use candle_core::{DType, Device, Tensor, Var};
 use half::{bf16, f16};
 
-use super::testing::var;
+use super::testing::{flat, var};
 use super::{attention_softmax, attention_softmax_backward, rms_norm, rope, swiglu, KeyMask};
 
 /// An element type of the kernels, with its conversions and the tolerance it is held to.
@@ -59,15 +59,6 @@ fn input<T: Host>(dims: &[usize], seed: u64) -> Var {
     let v = var(dims, DType::F32, seed);
     let rounded: Vec<f32> = flat(v.as_tensor()).iter().map(|&x| T::of(x).f()).collect();
     Var::from_tensor(&Tensor::from_vec(rounded, dims, &Device::Cpu).unwrap()).unwrap()
-}
-
-fn flat(t: &Tensor) -> Vec<f32> {
-    t.flatten_all()
-        .unwrap()
-        .to_dtype(DType::F32)
-        .unwrap()
-        .to_vec1()
-        .unwrap()
 }
 
 fn cast<T: Host>(x: &[f32]) -> Vec<T> {
@@ -133,14 +124,11 @@ fn check_rms_norm<T: Host>(rows: usize, h: usize) {
     kernels::rms_norm_dx(rows_l, &xs, &ws, &gs, &inv, &mut dx);
     assert_close::<T>(&back(&dx), &grads[0], "rms_norm dx");
 
-    // cuda.rs: chunks of 64 rows, a grid of (⌈h / 256⌉, chunks) blocks of 256.
+    // cuda.rs: chunks of 64 rows.
     const CHUNK: usize = 64;
     let chunks = rows.div_ceil(CHUNK);
     let mut part = vec![0f32; chunks * h];
-    let dw_l = Launch {
-        grid: (h.div_ceil(256) as u32, chunks as u32, 1),
-        block: (256, 1, 1),
-    };
+    let dw_l = Launch::from_dims(launch_dims::rms_norm_dw(h, chunks));
     kernels::rms_norm_dw_part(dw_l, &xs, &gs, &inv, &mut part, h, CHUNK);
     let dw: Vec<f32> = (0..h)
         .map(|j| T::of((0..chunks).map(|c| part[c * h + j]).sum()).f())

@@ -11,6 +11,7 @@ use candle_core::{DType, Device, Tensor};
 use half::bf16;
 
 use super::host_mask;
+use crate::kernels::testing::flat;
 use crate::ops::apply_rope_ops;
 
 /// Values exact in bf16 (multiples of 1/16 in [−2, 2)), from `seed`.
@@ -23,15 +24,6 @@ fn values(n: usize, seed: usize) -> Vec<f32> {
 /// `x` rounded to the dtype of `T`'s kernels (`to` and back).
 fn rounded(x: &Tensor, dtype: DType) -> Tensor {
     x.to_dtype(dtype).unwrap().to_dtype(DType::F32).unwrap()
-}
-
-fn flat(t: &Tensor) -> Vec<f32> {
-    t.flatten_all()
-        .unwrap()
-        .to_dtype(DType::F32)
-        .unwrap()
-        .to_vec1()
-        .unwrap()
 }
 
 const SENTINEL: f32 = 7.0;
