@@ -390,6 +390,8 @@ fn train_step(
     let mut grads = Gradients::new();
     let mut loss_sum = 0.0;
     let chunks = atomrl_trainer::parallel::split_even(rows, rows.div_ceil(a.micro_batch.max(1)));
+    // As the trainer does: the micro-batches share one mixed-precision cast of the weights.
+    let casts = m.share_weight_casts();
     for wave in chunks.chunks(workers.max(1)) {
         let results = atomrl_trainer::parallel::run_shards("bench", wave.len(), |i| {
             let (start, len) = (wave[i].start, wave[i].len());
@@ -424,6 +426,7 @@ fn train_step(
             grads.accumulate(&store, &params)?;
         }
     }
+    drop(casts);
     // As the trainer does (atomrl_trainer::clip_and_step): the clipping factor is applied by
     // the optimizer as it reads each gradient.
     let (_, clip) = grads.clip_factor(1.0)?;

@@ -19,8 +19,9 @@ use anyhow::{bail, Context, Result};
 /// `atomrl-rollout`) to ~4,305, and the `attention_scores_budget` key (set on the policy and
 /// on a critic loaded from its own folder; chunked attention lives in `atomrl-model`) to
 /// ~4,326. The CPU plan (threads and workers) moved to `atomrl-core` with its two-worker rule:
-/// ~4,260.
-pub const TRAINER_LINES: usize = 4_270;
+/// ~4,260. The micro-batches of a step sharing one mixed-precision cast of the weights (the
+/// scope lives in `atomrl-model`; each step opens it around its micro-batches): ~4,281.
+pub const TRAINER_LINES: usize = 4_285;
 /// A function's lines (signature to closing brace), at most.
 pub const FUNCTION_LINES: usize = 80;
 /// The crates whose functions are held to [`FUNCTION_LINES`].

@@ -173,6 +173,8 @@ pub fn get_shared_prompt_last_hidden(
     let func = "get_shared_prompt_last_hidden";
     let checked = check_batch(func, model, batch)?;
     let t = checked.completion_ids.dim(1).ctx(func)?;
+    // Both passes run on one mixed-precision cast of the weights.
+    let _casts = model.share_weight_casts();
     let (prompt_last, mut cache) = prompt_pass(func, model, &checked)?;
     let completions = completion_pass(func, model, &checked, &mut cache, t)?;
     // Position 0 is the prompt's last token, 1 + j completion token j: the row's last real
@@ -218,6 +220,8 @@ fn shared_prompt_states(
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let checked = check_batch(func, model, batch)?;
     let t = checked.completion_ids.dim(1).ctx(func)?;
+    // Both passes run on one mixed-precision cast of the weights.
+    let _casts = model.share_weight_casts();
     let (prompt_last, mut cache) = prompt_pass(func, model, &checked)?;
     // The last prompt position scores the first completion token.
     let mut scoring = vec![prompt_last];

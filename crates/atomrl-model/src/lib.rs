@@ -50,6 +50,7 @@ mod params;
 mod save;
 mod static_decode;
 mod value;
+mod weight_casts;
 mod weights;
 
 pub use atomrl_core::{Error, Result};
@@ -65,6 +66,7 @@ pub use model_dir_arg::model_dir_arg;
 pub use save::COPIED_FILES;
 pub use static_decode::{static_decode_op_times, OpTime, StaticDecode};
 pub use value::{HeadLayout, ValueModel, CRITIC_ADAPTERS_FILE, SCORE_BIAS, SCORE_WEIGHT};
+pub use weight_casts::SharedWeightCasts;
 pub use weights::{
     load_safetensors_dir, load_safetensors_file, save_safetensors, WEIGHTS_FILE, WEIGHTS_INDEX_FILE,
 };

@@ -16,6 +16,7 @@ use crate::lora::LoraState;
 use crate::network::{Network, TensorSource};
 use crate::ops::rope_tables;
 use crate::params::{param_specs, Init, Rng};
+use crate::weight_casts::{CastCache, SharedWeightCasts};
 use crate::weights::{load_safetensors_dir, WEIGHTS_FILE};
 
 /// The most memory a CPU generation view spends on transposed copies of the projection
@@ -72,6 +73,7 @@ pub struct CausalLm {
     checkpoint: bool,
     scores_budget: usize,
     head_cache: HeadCache,
+    pub(crate) casts: CastCache,
     pub(crate) device: Device,
     pub(crate) weights: VarMap,
     pub(crate) lora: Option<LoraState>,
@@ -332,6 +334,7 @@ impl CausalLm {
             checkpoint: false,
             scores_budget,
             head_cache: HeadCache::default(),
+            casts: CastCache::default(),
             device: device.clone(),
             weights,
             lora,
@@ -363,7 +366,8 @@ impl CausalLm {
     /// weights with a differentiable `to_dtype`, so activations are half precision and the
     /// gradients arrive in f32 on the master variables (which the optimiser updates in f32).
     /// The cast happens at the start of every [`CausalLm::forward_hidden`], so optimiser
-    /// updates are always seen; [`CausalLm::logits`] reuses the LM head cast by the last
+    /// updates are always seen (the micro-batches of one step can share one cast:
+    /// [`CausalLm::share_weight_casts`]); [`CausalLm::logits`] reuses the LM head cast by the last
     /// `forward_hidden` (compute the hidden states again after updating the weights). Frozen
     /// weights (the base under LoRA) and [`CausalLm::detached`] views are cast once, when
     /// built: a detached view of a bf16 model is a snapshot of the weights. RMSNorm and the
@@ -472,6 +476,41 @@ impl CausalLm {
     /// Whether training forwards cast the weights to the compute dtype.
     fn casts(&self) -> bool {
         self.mode == Mode::Train && self.compute_dtype != self.dtype
+    }
+
+    /// Shares one cast of the trainable weights among the training forwards that run while
+    /// the returned guard is alive (the micro-batches of one optimizer step), where each
+    /// forward would otherwise cast them again ([`CausalLm::set_compute_dtype`]: the mixed-
+    /// precision cast of the master weights, one parameter-sized copy and one kernel per
+    /// weight). The first forward inside makes the cast; the gradients still reach the master
+    /// variables, through the shared `to_dtype` nodes, exactly as with a cast per forward.
+    ///
+    /// Drop the guard before the weights change (the optimizer step): a forward inside the
+    /// scope does not see updates made after its cast. Nothing changes without mixed
+    /// precision, or for a frozen or detached model.
+    ///
+    /// ```
+    /// use atomrl_model::{Architecture, CausalLm, ForwardInput, ModelConfig};
+    /// use candle_core::{DType, Device, Tensor};
+    /// let c = ModelConfig::new(Architecture::Qwen2, 32, 16, 32, 1, 2, 1)?;
+    /// let mut m = CausalLm::from_config_random(c, 0, DType::F32, &Device::Cpu)?;
+    /// m.set_compute_dtype(DType::BF16)?;
+    /// let micro_batches = [[1u32, 2], [3, 4]];
+    /// let mut sum = Vec::new();
+    /// {
+    ///     let _casts = m.share_weight_casts(); // one cast for both micro-batches
+    ///     for ids in micro_batches {
+    ///         let ids = Tensor::new(&[ids], &Device::Cpu)?;
+    ///         let logits = m.forward(&ForwardInput::new(ids), None)?;
+    ///         sum.push(logits.to_dtype(DType::F32)?.sqr()?.mean_all()?.backward()?);
+    ///     }
+    /// } // dropped before the weights change
+    /// let w = m.trainable_vars()[0].clone();
+    /// assert!(sum.iter().all(|g| g.get(w.as_tensor()).is_some()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn share_weight_casts(&self) -> SharedWeightCasts<'_> {
+        self.casts.open()
     }
 
     /// The configuration.
@@ -989,9 +1028,14 @@ impl CausalLm {
         .ctx(func)?;
         let cast;
         let net = if self.casts() {
-            let _p = atomrl_core::profile::phase("forward.cast_weights", &self.device);
-            cast = self.net.cast(dtype).ctx(func)?;
-            self.head_cache.set(Some(cast.head_cast(dtype).ctx(func)?));
+            let (net, head) = self.casts.get_or_cast(|| {
+                let _p = atomrl_core::profile::phase("forward.cast_weights", &self.device);
+                let net = self.net.cast(dtype).ctx(func)?;
+                let head = net.head_cast(dtype).ctx(func)?;
+                Ok((net, head))
+            })?;
+            self.head_cache.set(Some(head));
+            cast = net;
             &cast
         } else {
             &self.net

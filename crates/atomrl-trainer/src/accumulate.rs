@@ -10,6 +10,7 @@ use candle_core::{Tensor, Var};
 use crate::optim::{AdamW, Gradients};
 use crate::parallel::{dist_error, run_shards, Parallel};
 use atomrl_dist::Collective;
+use atomrl_model::SharedWeightCasts;
 use atomrl_rollout::Experience;
 
 /// How an update went.
@@ -86,7 +87,9 @@ type Report<T> = Option<(f64, T)>;
 /// `r·workers + w, … + workers × W, …` on its own thread and sums their gradients in that
 /// order; the workers' sums are then added in worker order and the ranks' in rank order, so
 /// the update does not depend on thread timing, and every rank applies the same update. The
-/// loss and the statistics come back in micro-batch order.
+/// loss and the statistics come back in micro-batch order. `casts` (the trained model's
+/// [`atomrl_model::CausalLm::share_weight_casts`]) lets the micro-batches share one
+/// mixed-precision cast of the weights; it is dropped before the weights change.
 ///
 /// # Errors
 /// Tensor failures; a failed collective.
@@ -96,9 +99,11 @@ pub fn accumulate_and_step<T: MicroStatistics>(
     exp: &Experience,
     settings: StepSettings,
     comm: &dyn Collective,
+    casts: SharedWeightCasts<'_>,
     micro_loss: impl Fn(usize, &Experience) -> Result<Option<(Tensor, T)>> + Sync,
 ) -> Result<(StepOutcome, Vec<T>)> {
     let acc = accumulate_gradients(params, exp, settings, comm, micro_loss)?;
+    drop(casts);
     clip_and_step(acc, settings.max_grad_norm, &mut [(optimizer, settings.lr)])
 }
 

@@ -150,6 +150,7 @@ impl RecipeStep for DpoStep {
                     ..self.settings
                 },
                 state.comm.as_ref(),
+                model.share_weight_casts(),
                 |_, mb| pair_loss(model, mb, pairs as f64, &self.options),
             )?;
             stats = micro.iter().fold(PairStats::default(), PairStats::add);

@@ -146,6 +146,7 @@ impl RecipeStep for RewardModelStep {
                     ..self.settings
                 },
                 state.comm.as_ref(),
+                model.backbone().share_weight_casts(),
                 |_, mb| pair_score_loss(model, &mb.compact()?, pairs, center),
             )?;
             stats = micro.iter().fold(ScoreStats::default(), |a, b| a.add(b));

@@ -132,6 +132,7 @@ impl RecipeStep for SftStep {
                 ..self.settings
             },
             state.comm.as_ref(),
+            model.share_weight_casts(),
             |_, mb| micro_loss(model, mb, total_tokens),
         )?;
         let mut report = StepReport::default();

@@ -18,6 +18,7 @@ use candle_core::{DType, Device};
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
 
+/// Two GRPO steps of 4 micro-batches each, in bf16 over f32 master weights.
 #[test]
 fn a_profiled_run_writes_its_phases() {
     let dir = temp_dir("profile-run");
@@ -33,9 +34,11 @@ fn a_profiled_run_writes_its_phases() {
         "max_completion_length=8".into(),
         "eval_size=0".into(),
         "progress=false".into(),
+        "gradient_accumulation_steps=4".into(),
     ];
     let args = load_args(None, None, &o).unwrap();
-    let model = CausalLm::from_hf_dir(model_dir(), DType::F32, &Device::Cpu).unwrap();
+    let mut model = CausalLm::from_hf_dir(model_dir(), DType::F32, &Device::Cpu).unwrap();
+    model.set_compute_dtype(DType::BF16).unwrap();
     let tok = ChatTokenizer::from_hf_dir(model_dir()).unwrap();
     let len = FnReward::new("length", |c: &str, _ctx, _row| c.len() as f32 / 10.0);
     let rewards = WeightedRewards::new().with(len, 1.0).unwrap();
@@ -58,4 +61,8 @@ fn a_profiled_run_writes_its_phases() {
     // The counting allocator is installed: tensor buffers were counted.
     assert!(get("train.backward")["alloc"]["buffers"].as_u64().unwrap() > 0);
     assert!(get("forward.layer.mlp")["seconds"].as_f64().unwrap() > 0.0);
+    // bf16 over f32 weights: the four micro-batches of a step share one cast of the weights
+    // (CausalLm::share_weight_casts), where each forward made its own.
+    assert_eq!(get("train.forward")["calls"], 8);
+    assert_eq!(get("forward.cast_weights")["calls"], 2);
 }

@@ -179,6 +179,7 @@ impl Critic {
                 exp,
                 settings,
                 comm,
+                self.model.backbone().share_weight_casts(),
                 |i, mb| micro_loss(kept, i, mb),
             )?;
             let (clipped, tokens) = counts

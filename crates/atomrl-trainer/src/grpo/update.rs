@@ -238,9 +238,11 @@ fn update_with(
                 clip_range_value: v.clip_range_value,
             }),
         };
+        let casts = state.model.share_weight_casts();
         let acc = accumulate_gradients(&params, exp, settings, state.comm.as_ref(), |_, mb| {
             loss.of(mb)
         })?;
+        drop(casts);
         let mut optimizers = vec![(&mut state.optimizer, lr)];
         if let Some(v) = value.as_mut() {
             optimizers.push((&mut *v.optimizer, v.lr));
