@@ -135,26 +135,33 @@ __device__ void swiglu_packed_fwd(const T *gu, T *y, int inter, size_t n) {
 // ---- Rotary embeddings, rotate-half layout: x [N, H, L, d], tables [N, 1, L, d].
 // back = 0: y = x·cos + R(x)·sin, R([x₁, x₂]) = [−x₂, x₁];
 // back = 1: dx = g·cos + Rᵀ(g·sin), Rᵀ([u₁, u₂]) = [u₂, −u₁]. One thread per (row, k < d/2).
+// x_tm / y_tm: that tensor lies token-major, as [N, L, H, d] in memory (the projections' own
+// layout, so the forward reads them without a transposing copy, and the backward writes the
+// gradient back in it); otherwise head-major, as [N, H, L, d].
 
 template <typename T>
 __device__ void rope(const T *x, const T *cos, const T *sin, T *y, int heads, int l, int d,
-                     size_t rows, int back) {
+                     size_t rows, int back, int x_tm, int y_tm) {
     const int half = d / 2;
     GRID_STRIDE(i, rows * half) {
         const size_t r = i / half;
         const int k = (int)(i % half);
         const size_t n = r / ((size_t)heads * l);
+        const size_t h = (r / l) % heads;
         const size_t pos = r % l;
         const size_t t = (n * l + pos) * d;
-        const float a = to_f(x[r * d + k]), b = to_f(x[r * d + k + half]);
+        const size_t tm = ((n * l + pos) * heads + h) * d;
+        const size_t xo = x_tm ? tm : r * d;
+        const size_t yo = y_tm ? tm : r * d;
+        const float a = to_f(x[xo + k]), b = to_f(x[xo + k + half]);
         const float c1 = to_f(cos[t + k]), c2 = to_f(cos[t + k + half]);
         const float s1 = to_f(sin[t + k]), s2 = to_f(sin[t + k + half]);
         if (back) {
-            y[r * d + k] = from_f<T>(a * c1 + b * s2);
-            y[r * d + k + half] = from_f<T>(b * c2 - a * s1);
+            y[yo + k] = from_f<T>(a * c1 + b * s2);
+            y[yo + k + half] = from_f<T>(b * c2 - a * s1);
         } else {
-            y[r * d + k] = from_f<T>(a * c1 - b * s1);
-            y[r * d + k + half] = from_f<T>(b * c2 + a * s2);
+            y[yo + k] = from_f<T>(a * c1 - b * s1);
+            y[yo + k + half] = from_f<T>(b * c2 + a * s2);
         }
     }
 }
@@ -247,8 +254,8 @@ __device__ void attn_softmax_bwd(const T *p, const T *g, T *dx, int s, float sca
     }                                                                                              \
     extern "C" __global__ void atomrl_rope_##SUFFIX(const T *x, const T *cos, const T *sin, T *y, \
                                                     int heads, int l, int d, size_t rows,         \
-                                                    int back) {                                   \
-        rope<T>(x, cos, sin, y, heads, l, d, rows, back);                                          \
+                                                    int back, int x_tm, int y_tm) {               \
+        rope<T>(x, cos, sin, y, heads, l, d, rows, back, x_tm, y_tm);                              \
     }                                                                                              \
     extern "C" __global__ void atomrl_attn_softmax_fwd_##SUFFIX(                                   \
         const T *scores, const T *pad, T *p, int heads, int l, int s, int past, int causal,       \

@@ -18,7 +18,7 @@ pub(crate) struct Kernels {
     pub rms_norm_dw_part: unsafe extern "C" fn(In, In, *const f32, *mut f32, i32, i32, i32),
     pub swiglu_fwd: unsafe extern "C" fn(In, In, Out, usize),
     pub swiglu_bwd: unsafe extern "C" fn(In, In, In, Out, usize),
-    pub rope: unsafe extern "C" fn(In, In, In, Out, i32, i32, i32, usize, i32),
+    pub rope: unsafe extern "C" fn(In, In, In, Out, i32, i32, i32, usize, i32, i32, i32),
     pub attn_softmax_fwd: unsafe extern "C" fn(In, In, Out, i32, i32, i32, i32, i32, f32, f32, i32),
     pub attn_softmax_bwd: unsafe extern "C" fn(In, In, Out, i32, f32),
     pub selective_fwd: unsafe extern "C" fn(In, *const u32, *mut f32, *mut f32, i32, f32, i32),
@@ -107,6 +107,8 @@ macro_rules! dtype_kernels {
                     d: i32,
                     rows: usize,
                     back: i32,
+                    x_tm: i32,
+                    y_tm: i32,
                 );
                 #[link_name = concat!("atomrl_attn_softmax_fwd_", $suffix)]
                 pub fn attn_softmax_fwd(

@@ -283,8 +283,25 @@ pub fn swiglu_packed_fwd<T: Elem>(l: Launch, gu: &[T], y: &mut [T], inter: usize
     });
 }
 
+/// Where a RoPE operand lies in memory: `[N, H, L, d]` as such, or token-major (`[N, L, H, d]`
+/// in memory, read or written as its `transpose(1, 2)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeLayout {
+    /// Row-major `[N, H, L, d]`.
+    HeadMajor,
+    /// Row-major `[N, L, H, d]`: the projections' own layout.
+    TokenMajor,
+}
+
+impl RopeLayout {
+    fn flag(self) -> i32 {
+        i32::from(self == Self::TokenMajor)
+    }
+}
+
 /// `atomrl_rope_*`: rotate-half RoPE of `x [N, H, L, d]` with tables `[N, 1, L, d]`, or its
-/// backward (`back`).
+/// backward (`back`); `layouts` says how `x` and `y` lie in memory.
+#[allow(clippy::too_many_arguments)]
 pub fn rope<T: Elem>(
     l: Launch,
     x: &[T],
@@ -293,6 +310,7 @@ pub fn rope<T: Elem>(
     y: &mut [T],
     (heads, len, d): (usize, usize, usize),
     back: bool,
+    (x_layout, y_layout): (RopeLayout, RopeLayout),
 ) {
     assert!(
         d % 2 == 0 && heads * len * d > 0,
@@ -306,7 +324,9 @@ pub fn rope<T: Elem>(
     let rows = x.len() / d;
     let (px, pc, ps, py) = (Ptr::of(x), Ptr::of(cos), Ptr::of(sin), Ptr::of_mut(y));
     let (hi, li, di) = (i32_of("heads", heads), i32_of("l", len), i32_of("d", d));
-    // SAFETY: grid-stride over `rows · d / 2` pairs (lengths checked).
+    let (xf, yf) = (x_layout.flag(), y_layout.flag());
+    // SAFETY: grid-stride over `rows · d / 2` pairs; either layout addresses the same
+    // `N · H · L · d` elements (lengths checked).
     launch(l, &|| unsafe {
         (T::KERNELS.rope)(
             px.get(),
@@ -318,6 +338,8 @@ pub fn rope<T: Elem>(
             di,
             rows,
             i32::from(back),
+            xf,
+            yf,
         )
     });
 }

@@ -56,10 +56,11 @@ fn pick(fused: bool, t: &Tensor) -> bool {
 }
 
 /// The kernel names [`run`] takes.
-pub const KERNELS: [&str; 7] = [
+pub const KERNELS: [&str; 8] = [
     "rms-norm",
     "swiglu",
     "rope",
+    "rope-token-major",
     "attention-softmax",
     "add-rms-norm",
     "swiglu-packed",
@@ -70,7 +71,8 @@ pub const KERNELS: [&str; 7] = [
 /// available for the device and dtype), else in its tensor-op form.
 ///
 /// Shapes: RMSNorm `x [3, 5, 96]`, `w [96]`; SwiGLU `[3, 5, 80]`; RoPE `x [2, 3, 6, 16]` with
-/// tables `[2, 1, 6, 16]`; attention softmax scores `[2, 3, 4, 7]` after 3 cached positions,
+/// tables `[2, 1, 6, 16]`, and token-major (the attention's projections `[2, 6, 3, 16]` read
+/// as their `transpose(1, 2)`, the gradient written back in their layout); attention softmax scores `[2, 3, 4, 7]` after 3 cached positions,
 /// causal, with the second row's first two keys padded. Attention in chunks of queries
 /// (`crate::attention`, against the unchunked tensor-op form): `q [2, 4, 6, 8]` after 2 cached
 /// positions over `k, v [2, 2, 8, 8]`, the second row's first three keys padded (so its first
@@ -115,19 +117,12 @@ pub fn run(name: &str, device: &Device, dtype: DType, fused: bool) -> Result<Ker
         }
         "rope" => {
             let x = input(&[2, 3, 6, 16], 5, dtype, device)?;
-            let cos = input(&[2, 1, 6, 16], 6, dtype, device)?
-                .as_tensor()
-                .detach();
-            let sin = input(&[2, 1, 6, 16], 7, dtype, device)?
-                .as_tensor()
-                .detach();
-            let out = if pick(fused, x.as_tensor()) && kernels::rope_fits(x.as_tensor(), &cos, &sin)
-            {
-                kernels::rope(x.as_tensor(), &cos, &sin)?
-            } else {
-                ops::apply_rope_ops(x.as_tensor(), &cos, &sin)?
-            };
-            outputs(out, &[("x", &x)])
+            outputs(rope(x.as_tensor(), 6, device, dtype, fused)?, &[("x", &x)])
+        }
+        "rope-token-major" => {
+            let x = input(&[2, 6, 3, 16], 12, dtype, device)?;
+            let view = x.as_tensor().transpose(1, 2)?;
+            outputs(rope(&view, 13, device, dtype, fused)?, &[("x", &x)])
         }
         "attention-softmax" => attention(device, dtype, fused),
         "chunked-attention" => chunked_attention(device, dtype, fused),
@@ -252,6 +247,22 @@ fn probs_ops(scores: &Tensor, scale: f64, causal: &Tensor, pad: &Tensor) -> Resu
         .broadcast_add(causal)?
         .broadcast_add(pad)?;
     ops::softmax_last(&x, false)
+}
+
+/// RoPE of `x [2, 3, 6, 16]` (any layout) with tables `[2, 1, 6, 16]` drawn from seeds
+/// `seed` and `seed + 1`: fused when `fused` (and available), else its tensor-op form.
+fn rope(x: &Tensor, seed: u64, device: &Device, dtype: DType, fused: bool) -> Result<Tensor> {
+    let table = |s| -> Result<Tensor> {
+        Ok(input(&[2, 1, 6, 16], s, dtype, device)?
+            .as_tensor()
+            .detach())
+    };
+    let (cos, sin) = (table(seed)?, table(seed + 1)?);
+    if pick(fused, x) && kernels::rope_fits(x, &cos, &sin) {
+        kernels::rope(x, &cos, &sin)
+    } else {
+        ops::apply_rope_ops(x, &cos, &sin)
+    }
 }
 
 /// The attention-softmax case of [`run`].

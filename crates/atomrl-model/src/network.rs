@@ -140,16 +140,15 @@ impl Attention {
             q = rms_norm(&q, qn, self.eps, self.fused)?;
             k = rms_norm(&k, kn, self.eps, self.fused)?;
         }
-        let (q, k) = (
-            q.transpose(1, 2)?.contiguous()?,
-            k.transpose(1, 2)?.contiguous()?,
-        );
+        // Head-major views of the projections; the RoPE kernel reads them as they lie and
+        // writes head-major, so neither is copied to transpose it (nor its gradient).
+        let (q, k) = (q.transpose(1, 2)?, k.transpose(1, 2)?);
         let (q, k) = if self.fused {
             // `rope` holds the half-width tables `[N, L, d/2]` here (`Network::hidden`).
             let (cos, sin) = query_tables(rope, 1, from, lq)?;
             (
-                candle_nn::rotary_emb::rope(&q, &cos, &sin)?,
-                candle_nn::rotary_emb::rope(&k, rope.0, rope.1)?,
+                candle_nn::rotary_emb::rope(&q.contiguous()?, &cos, &sin)?,
+                candle_nn::rotary_emb::rope(&k.contiguous()?, rope.0, rope.1)?,
             )
         } else {
             let (cos, sin) = query_tables(rope, 2, from, lq)?;

@@ -15,6 +15,7 @@ use candle_core::cuda_backend::CudaDType;
 use candle_core::op::BackpropOp;
 use candle_core::{CudaStorage, DType, Layout, Result, Storage, Tensor};
 
+use super::rope::RopeLayout;
 use super::KeyMask;
 
 /// The module name the device caches the PTX under.
@@ -318,41 +319,47 @@ pub(crate) fn swiglu_packed(gu: &Tensor) -> Result<Tensor> {
 
 // ---- RoPE
 
-/// Rotary embeddings (`back = false`) or their transpose (`back = true`) of `x [N, H, L, d]`
-/// with tables `[N, 1, L, d]`.
+/// Rotary embeddings of `x [N, H, L, d]` (its layout and elements' range `a..b`, as
+/// [`RopeLayout::of`] gives them) or their backward (`back`); `layouts`: how `x` and the result
+/// lie in memory.
 pub(crate) fn rope(
     x: &CudaStorage,
-    lx: &Layout,
+    (lx, a, b): (&Layout, usize, usize),
     cos: &Tensor,
     sin: &Tensor,
     back: bool,
+    layouts: (RopeLayout, RopeLayout),
 ) -> Result<CudaStorage> {
     fn run<T: Elem>(
         x: &CudaStorage,
-        lx: &Layout,
+        (lx, a, b): (&Layout, usize, usize),
         cos: &Tensor,
         sin: &Tensor,
         back: bool,
+        (x_lie, y_lie): (RopeLayout, RopeLayout),
     ) -> Result<CudaStorage> {
         let (n_, heads, l, d) = match lx.dims() {
             &[a, b, c, e] => (a, b, c, e),
             dims => candle_core::bail!("atomrl-rope: x must be [N, H, L, d], got {dims:?}"),
         };
         let rows = n_ * heads * l;
-        let rx = range(lx, "x")?;
         with_cuda(cos, |cs, lc| {
             with_cuda(sin, |ss, ls| {
                 let dev = x.device();
                 let (rc, rs) = (range(lc, "cos")?, range(ls, "sin")?);
-                let xv = x.as_cuda_slice::<T>()?.slice(rx.0..rx.1);
+                let xv = x.as_cuda_slice::<T>()?.slice(a..b);
                 let cv = cs.as_cuda_slice::<T>()?.slice(rc.0..rc.1);
                 let sv = ss.as_cuda_slice::<T>()?.slice(rs.0..rs.1);
                 let f = dev.get_or_load_custom_func(&kernel("rope", x.dtype())?, MODULE, ptx())?;
                 // SAFETY: written in full by the kernel.
                 let out = unsafe { dev.alloc::<T>(rows * d)? };
                 let (hi, li, di, bi) = (heads as i32, l as i32, d as i32, i32::from(back));
-                // Launch: reads rows × d of x and N × L × d of the tables (checked by
-                // `rope_fits`), writes rows × d of out.
+                let (xt, yt) = (
+                    i32::from(x_lie == RopeLayout::TokenMajor),
+                    i32::from(y_lie == RopeLayout::TokenMajor),
+                );
+                // Launch: reads rows × d of x (either layout spans a..b) and N × L × d of the
+                // tables (checked by `rope_fits`), writes rows × d of out.
                 atomrl_core::launch_kernel!(
                     f,
                     elementwise_config(rows * d / 2),
@@ -364,25 +371,46 @@ pub(crate) fn rope(
                     &li,
                     &di,
                     &rows,
-                    &bi
+                    &bi,
+                    &xt,
+                    &yt
                 )?;
                 Ok(T::wrap_cuda_slice(out, dev.clone()))
             })
         })
     }
-    by_dtype!(x.dtype(), run(x, lx, cos, sin, back))
+    by_dtype!(x.dtype(), run(x, (lx, a, b), cos, sin, back, layouts))
 }
 
-/// [`rope`]'s transpose applied to a gradient tensor.
-pub(crate) fn rope_bwd(g: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-    let shape = g.shape().clone();
-    let storage = with_cuda(g, |gs, lg| rope(gs, lg, cos, sin, true))?;
-    Ok(Tensor::from_storage(
-        Storage::Cuda(storage),
-        shape,
-        BackpropOp::none(),
-        false,
-    ))
+/// [`rope`]'s transpose applied to a gradient tensor, the result laid out as `layouts.1`.
+pub(crate) fn rope_bwd(
+    g: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    layouts: (RopeLayout, RopeLayout),
+) -> Result<Tensor> {
+    let g = g.contiguous()?;
+    let storage = with_cuda(&g, |gs, lg| {
+        let (a, b) = range(lg, "g")?;
+        rope(gs, (lg, a, b), cos, sin, true, layouts)
+    })?;
+    match (layouts.1, g.dims()) {
+        (RopeLayout::TokenMajor, &[n, h, l, d]) => {
+            let t = Tensor::from_storage(
+                Storage::Cuda(storage),
+                (n, l, h, d),
+                BackpropOp::none(),
+                false,
+            );
+            t.transpose(1, 2)
+        }
+        _ => Ok(Tensor::from_storage(
+            Storage::Cuda(storage),
+            g.shape().clone(),
+            BackpropOp::none(),
+            false,
+        )),
+    }
 }
 
 // ---- Attention softmax

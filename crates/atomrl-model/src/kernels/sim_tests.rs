@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use atomrl_core::launch_dims;
-use atomrl_cuda_sim::kernels::{self, SoftmaxMask};
+use atomrl_cuda_sim::kernels::{self, RopeLayout, SoftmaxMask};
 use atomrl_cuda_sim::{Elem, Launch};
 use candle_core::{DType, Device, Tensor, Var};
 use half::{bf16, f16};
@@ -257,33 +257,78 @@ fn swiglu_kernels_match_the_cpu_kernel() {
     check_swiglu::<f16>();
 }
 
-fn check_rope<T: Host>() {
+/// RoPE forward and backward against the CPU kernel: `x` head-major, or token-major (the
+/// projections' `[N, L, H, d]`, read as their `transpose(1, 2)`, the gradient written back so).
+fn check_rope<T: Host>(token_major: bool) {
     let (n, heads, l, d) = (2, 3, 5, 8);
-    let x = input::<T>(&[n, heads, l, d], 10);
+    let (x, view) = if token_major {
+        let x = input::<T>(&[n, l, heads, d], 10);
+        let view = x.as_tensor().transpose(1, 2).unwrap();
+        (x, view)
+    } else {
+        let x = input::<T>(&[n, heads, l, d], 10);
+        let view = x.as_tensor().clone();
+        (x, view)
+    };
     let cos = input::<T>(&[n, 1, l, d], 11).as_tensor().detach();
     let sin = input::<T>(&[n, 1, l, d], 12).as_tensor().detach();
     let g = input::<T>(&[n, heads, l, d], 13);
-    let (y0, grads) = cpu_with_grads(&[&x], g.as_tensor(), |t| rope(&t[0], &cos, &sin).unwrap());
+    let (y0, grads) = cpu_with_grads(&[&x], g.as_tensor(), |t| {
+        let v = if token_major {
+            t[0].transpose(1, 2).unwrap()
+        } else {
+            t[0].clone()
+        };
+        rope(&v, &cos, &sin).unwrap()
+    });
+    assert_eq!(view.dims(), [n, heads, l, d]);
     let (xs, cs, ss, gs) = (
         cast::<T>(&flat(x.as_tensor())),
         cast::<T>(&flat(&cos)),
         cast::<T>(&flat(&sin)),
         cast::<T>(&flat(g.as_tensor())),
     );
+    let lie = if token_major {
+        RopeLayout::TokenMajor
+    } else {
+        RopeLayout::HeadMajor
+    };
     let l_ = Launch::from_dims(launch_dims::elementwise(n * heads * l * d / 2));
     let mut y = vec![T::default(); xs.len()];
-    kernels::rope(l_, &xs, &cs, &ss, &mut y, (heads, l, d), false);
+    let dims = (heads, l, d);
+    kernels::rope(
+        l_,
+        &xs,
+        &cs,
+        &ss,
+        &mut y,
+        dims,
+        false,
+        (lie, RopeLayout::HeadMajor),
+    );
     assert_close::<T>(&back(&y), &y0, "rope y");
     let mut dx = vec![T::default(); xs.len()];
-    kernels::rope(l_, &gs, &cs, &ss, &mut dx, (heads, l, d), true);
+    kernels::rope(
+        l_,
+        &gs,
+        &cs,
+        &ss,
+        &mut dx,
+        dims,
+        true,
+        (RopeLayout::HeadMajor, lie),
+    );
+    // The CPU gradient is the variable's, in `x`'s own (row-major) layout.
     assert_close::<T>(&back(&dx), &grads[0], "rope dx");
 }
 
 #[test]
 fn rope_kernel_matches_the_cpu_kernel() {
-    check_rope::<f32>();
-    check_rope::<bf16>();
-    check_rope::<f16>();
+    for token_major in [false, true] {
+        check_rope::<f32>(token_major);
+        check_rope::<bf16>(token_major);
+        check_rope::<f16>(token_major);
+    }
 }
 
 fn check_softmax<T: Host>(dims: [usize; 4], causal: bool, past: usize, padded: &[usize]) {
