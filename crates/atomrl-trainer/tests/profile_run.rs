@@ -61,8 +61,9 @@ fn a_profiled_run_writes_its_phases() {
     // The counting allocator is installed: tensor buffers were counted.
     assert!(get("train.backward")["alloc"]["buffers"].as_u64().unwrap() > 0);
     assert!(get("forward.layer.mlp")["seconds"].as_f64().unwrap() > 0.0);
-    // bf16 over f32 weights: the four micro-batches of a step share one cast of the weights
-    // (CausalLm::share_weight_casts), where each forward made its own.
-    assert_eq!(get("train.forward")["calls"], 8);
+    // bf16 over f32 weights: the micro-batches of a step (at least four; with two workers,
+    // each splits its share) share one cast of the weights (CausalLm::share_weight_casts),
+    // where each of their two forwards (prompts, then completions) made its own.
+    assert!(get("train.forward")["calls"].as_u64().unwrap() >= 8);
     assert_eq!(get("forward.cast_weights")["calls"], 2);
 }
