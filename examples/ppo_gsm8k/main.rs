@@ -70,8 +70,8 @@ fn critic_shape(layers: Option<usize>, intermediate_size: Option<usize>) -> Stri
 /// data-parallel workers on a 2-core machine): the critic is a copy of the policy with a zero
 /// head (for PPO, of its embeddings and first layer only), trained at `critic.lr` 1e-4; GAE
 /// with γ = λ = 1 (verl's GSM8K setting: the outcome reward reaches every token undiscounted,
-/// the critic's values are the only baseline; PPO's actor takes λ = 0.95); one PPO epoch per
-/// experience; no KL (β = 0, as the GRPO example). TRPO keeps its trust region of 0.01.
+/// the critic's values are the only baseline); one PPO epoch per experience; no KL (β = 0, as
+/// the GRPO example). TRPO keeps its trust region of 0.01.
 /// Measured figures: docs/ppo.md.
 fn embedded_defaults(recipe: RecipeArg) -> Vec<String> {
     let mut s: Vec<String> = [
@@ -102,15 +102,12 @@ fn embedded_defaults(recipe: RecipeArg) -> Vec<String> {
     let per_recipe: &[&str] = match recipe {
         // Of the critics measured here, the cheapest that still learns a useful baseline: the
         // policy's embeddings and first layer (~0.13 s a step against 0.26 s with the whole
-        // policy copied, so ~1.8x the steps in the budget), the actor on the groups whose
-        // rewards differ (GRPO's rows; the critic still sees every row) and VC-PPO's decoupled
-        // lambda. Three runs: +26.6, +24.4 and +21.8 points where the whole-policy critic gave
-        // +21.2 to +23.0 (docs/ppo.md).
-        RecipeArg::Ppo => &[
-            "critic.num_layers=1",
-            "critic.actor_skip_flat_groups=true",
-            "critic.actor_lam=0.95",
-        ],
+        // policy copied, so ~1.8x the steps in the budget), and the actor on the groups whose
+        // rewards differ (GRPO's rows; the critic still sees every row). The actor keeps
+        // lambda = 1: with 0.95 (VC-PPO's decoupled lambda, the default until the stop after
+        // fb9e25d) the young critic's flat values left the early tokens little credit, and
+        // PPO lagged GRPO per step for its first ~300 steps (docs/ppo.md).
+        RecipeArg::Ppo => &["critic.num_layers=1", "critic.actor_skip_flat_groups=true"],
         RecipeArg::A2c => &[],
         // A TRPO step costs ~2.5 s here (the conjugate-gradient solve): the Fisher-vector
         // products on a quarter of the rows and four critic epochs per step gave +8.8 points
