@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use atomrl_examples::{main_with, MathsData, RunOptions};
-use atomrl_trainer::config::{load_args, Recipe};
+use atomrl_trainer::config::{load_args, CriticArgs, Recipe};
 use atomrl_trainer::run::{print_summary, run_recipe};
 use clap::{Parser, ValueEnum};
 
@@ -53,16 +53,19 @@ fn main() -> ExitCode {
 }
 
 /// What the critic copies of the policy, in words.
-fn critic_shape(layers: Option<usize>, intermediate_size: Option<usize>) -> String {
-    let layers = match layers {
+fn critic_shape(critic: &CriticArgs) -> String {
+    let mut shape = match critic.num_layers {
         Some(1) => "the policy's first layer".to_string(),
         Some(n) => format!("the policy's first {n} layers"),
         None => "the whole policy".to_string(),
     };
-    match intermediate_size {
-        Some(m) => format!("{layers}, MLPs cut to {m} neurons"),
-        None => layers,
+    if let Some(m) = critic.intermediate_size {
+        shape += &format!(", MLPs cut to {m} neurons");
     }
+    if let Some(h) = critic.num_attention_heads {
+        shape += &format!(", attention cut to {h} heads");
+    }
+    shape
 }
 
 /// Settings of the embedded run, the GRPO example's where they apply (8 prompts x 8
@@ -189,7 +192,7 @@ fn run(cli: Cli) -> Result<()> {
         args.max_completion_length,
         args.lr,
         critic.lr.unwrap_or(f64::NAN),
-        critic_shape(critic.num_layers, critic.intermediate_size),
+        critic_shape(&critic),
         critic.gamma,
         critic.lam,
         match critic.actor_lam {

@@ -158,15 +158,12 @@ fn a_killed_ppo_run_resumes_exactly(name: &str, extra: &str, lora: bool) {
     let cfg =
         std::fs::read_to_string(straight.join("run/checkpoint-6/critic/config.json")).unwrap();
     assert!(cfg.contains("ForTokenClassification") && cfg.contains("\"num_labels\": 1"));
-    // A narrowed critic is saved at its own width.
-    if let Some(m) = extra
-        .lines()
-        .find_map(|l| l.strip_prefix("intermediate_size = "))
-    {
-        assert!(
-            cfg.contains(&format!("\"intermediate_size\": {m}")),
-            "{cfg}"
-        );
+    // A narrowed critic is saved at its own width and head count.
+    for key in ["intermediate_size", "num_attention_heads"] {
+        let prefix = format!("{key} = ");
+        if let Some(m) = extra.lines().find_map(|l| l.strip_prefix(prefix.as_str())) {
+            assert!(cfg.contains(&format!("\"{key}\": {m}")), "{cfg}");
+        }
     }
 }
 
@@ -197,13 +194,13 @@ fn a_killed_ppo_run_with_the_examples_small_critic_resumes_exactly() {
     );
 }
 
-/// A critic of the policy's first layer with its MLP cut to a quarter of its neurons, with
-/// adapters of its own on the cut projections.
+/// A critic of the policy's first layer with its MLP cut to a quarter of its neurons and its
+/// attention to half its heads, with adapters of its own on the cut projections.
 #[test]
 fn a_killed_ppo_run_with_a_narrowed_lora_critic_resumes_exactly() {
     a_killed_ppo_run_resumes_exactly(
         "ppo-narrow-critic",
-        "num_layers = 1\nintermediate_size = 32",
+        "num_layers = 1\nintermediate_size = 32\nnum_attention_heads = 2",
         true,
     );
 }
@@ -330,6 +327,11 @@ fn critic_settings_are_checked_with_the_key_named() {
         (
             "lr = 1e-4\nintermediate_size = 129",
             "`critic.intermediate_size`",
+        ),
+        // 4 query heads over 2 key/value heads: 3 would split a group.
+        (
+            "lr = 1e-4\nnum_attention_heads = 3",
+            "`critic.num_attention_heads` must be a multiple of 2",
         ),
         // A causal LM is no critic: it has no one-label head over its hidden size.
         (

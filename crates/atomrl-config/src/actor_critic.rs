@@ -26,6 +26,13 @@ pub struct CriticArgs {
     /// with that `intermediate_size`. With `num_layers` or alone. Absent: the policy's width.
     #[serde(default)]
     pub intermediate_size: Option<usize>,
+    /// Start each of the critic's attentions from the policy's first `num_attention_heads`
+    /// query heads and the key/value heads they read (a multiple of the policy's query heads
+    /// per key/value head): a critic whose attention costs about `num_attention_heads / H` of
+    /// the policy's, saved with those head counts. With the other cuts or alone. Absent: every
+    /// head.
+    #[serde(default)]
+    pub num_attention_heads: Option<usize>,
     /// The value head reads the policy's own final hidden states (one transformer, TRL's
     /// former `AutoModelForCausalLMWithValueHead`, trlx): the value loss, times `vf_coef`,
     /// joins the policy loss in one forward and backward, and only the head (at `lr`) has an
@@ -81,6 +88,7 @@ impl Default for CriticArgs {
             model: None,
             num_layers: None,
             intermediate_size: None,
+            num_attention_heads: None,
             share_backbone: false,
             actor_skip_flat_groups: false,
             vf_coef: default_vf_coef(),

@@ -395,6 +395,10 @@ mod tests {
             ("critic.num_layers=0", "`critic.num_layers`"),
             ("critic.intermediate_size=0", "`critic.intermediate_size`"),
             (
+                "critic.num_attention_heads=0",
+                "`critic.num_attention_heads`",
+            ),
+            (
                 "critic.actor_skip_flat_groups=true",
                 "`critic.actor_skip_flat_groups`",
             ),
@@ -433,6 +437,10 @@ mod tests {
             ),
             ("critic.num_layers=2", "`critic.num_layers`"),
             ("critic.intermediate_size=64", "`critic.intermediate_size`"),
+            (
+                "critic.num_attention_heads=2",
+                "`critic.num_attention_heads`",
+            ),
         ] {
             o.push(set.into());
             let e = load_args(None, Some(Recipe::Ppo), &o)

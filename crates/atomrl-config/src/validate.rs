@@ -253,6 +253,7 @@ fn check_critic(a: &GRPOArgs) -> Result<()> {
     for (key, size) in [
         ("critic.num_layers", c.num_layers),
         ("critic.intermediate_size", c.intermediate_size),
+        ("critic.num_attention_heads", c.num_attention_heads),
     ] {
         let Some(n) = size else { continue };
         at_least(key, n, 1)?;

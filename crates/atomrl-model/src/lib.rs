@@ -65,7 +65,9 @@ pub use model::CausalLm;
 pub use model_dir_arg::model_dir_arg;
 pub use save::COPIED_FILES;
 pub use static_decode::{static_decode_op_times, OpTime, StaticDecode};
-pub use value::{HeadLayout, ValueModel, CRITIC_ADAPTERS_FILE, SCORE_BIAS, SCORE_WEIGHT};
+pub use value::{
+    HeadLayout, PolicyCut, ValueModel, CRITIC_ADAPTERS_FILE, SCORE_BIAS, SCORE_WEIGHT,
+};
 pub use weight_casts::SharedWeightCasts;
 pub use weights::{
     load_safetensors_dir, load_safetensors_file, save_safetensors, WEIGHTS_FILE, WEIGHTS_INDEX_FILE,

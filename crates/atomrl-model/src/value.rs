@@ -25,6 +25,24 @@ pub const SCORE_WEIGHT: &str = "score.weight";
 /// The head's bias `[1]` in the saved layout.
 pub const SCORE_BIAS: &str = "score.bias";
 
+/// How much of a policy a copied critic keeps ([`ValueModel::from_policy_cut`]); `None`
+/// keeps the policy's whole size, and the default keeps everything.
+///
+/// ```
+/// let cut = atomrl_model::PolicyCut { num_layers: Some(1), ..Default::default() };
+/// assert_eq!((cut.intermediate_size, cut.num_attention_heads), (None, None));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PolicyCut {
+    /// The first `num_layers` decoder layers.
+    pub num_layers: Option<usize>,
+    /// Each MLP's first `intermediate_size` neurons.
+    pub intermediate_size: Option<usize>,
+    /// Each attention's first `num_attention_heads` query heads, with the key/value heads
+    /// they read (the policy's query-to-key/value-head ratio is kept).
+    pub num_attention_heads: Option<usize>,
+}
+
 /// A value model: the transformer of a [`CausalLm`] (its own copy of the weights, trained
 /// with the critic's optimizer, or the policy's own with [`ValueModel::sharing_backbone`])
 /// and a linear head `H → 1` on every position's final hidden state. `values[n, l]` is the value of the state after tokens `0..=l`.
@@ -134,56 +152,61 @@ impl ValueModel {
         Self::truncated(
             policy,
             ("layers", layers),
-            None,
+            PolicyCut::default(),
             HeadLayout::Token,
             "ValueModel::from_policy_layers",
         )
     }
 
     /// A critic copied from `policy` at the size a `[critic]` table asks for: its first
-    /// `num_layers` decoder layers (every one when `None`) with each MLP cut to its first
+    /// `num_layers` decoder layers (every one when `None`); each MLP cut to its first
     /// `intermediate_size` neurons (the first rows of `gate_proj` and `up_proj`, the first
-    /// columns of `down_proj`; the whole MLP when `None`), its embeddings, attention and final
-    /// norm whole, and a head of zeros. A cut MLP starts as the policy's with its later
-    /// neurons removed, an unranked structured pruning: the critic is retrained from the first
-    /// step, so the slice is a starting point. Its MLPs cost about `intermediate_size / I` of
-    /// the policy's. Saved, its `config.json` says both sizes (transformers loads it as any
-    /// token-classification model). `(None, None)` is [`ValueModel::from_policy`].
+    /// columns of `down_proj`); each attention cut to its first `num_attention_heads` query
+    /// heads and the key/value heads those read (the first rows of `q_proj`, `k_proj` and
+    /// `v_proj` and their biases, the first columns of `o_proj`); its embeddings and final
+    /// norm whole, and a head of zeros. A cut starts as the policy's network with its later
+    /// neurons or heads removed, an unranked structured pruning: the critic is retrained
+    /// from the first step, so the slice is a starting point. A cut MLP costs about
+    /// `intermediate_size / I` of the policy's, a cut attention about `num_attention_heads /
+    /// H`. Saved, its `config.json` says the sizes (transformers loads it as any
+    /// token-classification model). [`PolicyCut::default`] is [`ValueModel::from_policy`].
     ///
     /// # Errors
-    /// `num_layers` outside `1..=L`, `intermediate_size` outside `1..=I` (the policy's), each
-    /// naming its argument; allocation failures.
+    /// `num_layers` outside `1..=L`, `intermediate_size` outside `1..=I`,
+    /// `num_attention_heads` outside `1..=H` or not a multiple of the query heads per
+    /// key/value head (the policy's), each naming its argument; allocation failures.
     ///
     /// ```
-    /// use atomrl_model::{Architecture, CausalLm, ModelConfig, ValueModel};
+    /// use atomrl_model::{Architecture, CausalLm, ModelConfig, PolicyCut, ValueModel};
     /// use candle_core::{DType, Device};
-    /// let policy = CausalLm::from_config_random(ModelConfig::new(Architecture::Qwen2, 16, 8, 32, 3, 2, 1)?, 1, DType::F32, &Device::Cpu)?;
-    /// let critic = ValueModel::from_policy_cut(&policy, Some(1), Some(8))?;
+    /// // 4 query heads over 2 key/value heads.
+    /// let policy = CausalLm::from_config_random(ModelConfig::new(Architecture::Qwen2, 16, 8, 32, 3, 4, 2)?, 1, DType::F32, &Device::Cpu)?;
+    /// let cut = |l, m, h| PolicyCut { num_layers: l, intermediate_size: m, num_attention_heads: h };
+    /// let critic = ValueModel::from_policy_cut(&policy, cut(Some(1), Some(8), Some(2)))?;
     /// let c = critic.backbone().config();
     /// assert_eq!((c.num_hidden_layers, c.intermediate_size), (1, 8));
-    /// let wide = ValueModel::from_policy_cut(&policy, None, Some(33));
+    /// assert_eq!((c.num_attention_heads, c.num_key_value_heads, c.head_dim), (2, 1, 2));
+    /// let wide = ValueModel::from_policy_cut(&policy, cut(None, Some(33), None));
     /// assert!(wide.is_err_and(|e| e.to_string().contains("`intermediate_size` must be in 1..=32")));
-    /// let deep = ValueModel::from_policy_cut(&policy, Some(4), None);
+    /// let deep = ValueModel::from_policy_cut(&policy, cut(Some(4), None, None));
     /// assert!(deep.is_err_and(|e| e.to_string().contains("`num_layers` must be in 1..=3")));
+    /// let odd = ValueModel::from_policy_cut(&policy, cut(None, None, Some(3)));
+    /// assert!(odd.is_err_and(|e| e.to_string().contains("`num_attention_heads` must be a multiple of 2")));
     /// # Ok::<(), atomrl_core::Error>(())
     /// ```
-    pub fn from_policy_cut(
-        policy: &CausalLm,
-        num_layers: Option<usize>,
-        intermediate_size: Option<usize>,
-    ) -> Result<Self> {
+    pub fn from_policy_cut(policy: &CausalLm, cut: PolicyCut) -> Result<Self> {
         let func = "ValueModel::from_policy_cut";
-        let total = policy.config().num_hidden_layers;
-        match (num_layers, intermediate_size) {
-            (None, None) => Self::from_policy(policy),
-            (n, m) => Self::truncated(
-                policy,
-                ("num_layers", n.unwrap_or(total)),
-                m,
-                HeadLayout::Token,
-                func,
-            ),
+        if cut == PolicyCut::default() {
+            return Self::from_policy(policy);
         }
+        let total = policy.config().num_hidden_layers;
+        Self::truncated(
+            policy,
+            ("num_layers", cut.num_layers.unwrap_or(total)),
+            cut,
+            HeadLayout::Token,
+            func,
+        )
     }
 
     /// A reward model starting from the first `layers` decoder layers of `policy` (copied),
@@ -207,17 +230,18 @@ impl ValueModel {
         Self::truncated(
             policy,
             ("layers", layers),
-            None,
+            PolicyCut::default(),
             HeadLayout::Sequence,
             "ValueModel::reward_model_from_policy_layers",
         )
     }
 
-    /// `layers`: the argument's name in the caller's errors, and its value.
+    /// `layers`: the argument's name in the caller's errors, and its value (`cut.num_layers`
+    /// is not read).
     fn truncated(
         policy: &CausalLm,
         (layers_arg, layers): (&str, usize),
-        intermediate_size: Option<usize>,
+        cut: PolicyCut,
         layout: HeadLayout,
         func: &'static str,
     ) -> Result<Self> {
@@ -232,7 +256,7 @@ impl ValueModel {
             ));
         }
         let width = config.intermediate_size;
-        if let Some(m) = intermediate_size.filter(|&m| m == 0 || m > width) {
+        if let Some(m) = cut.intermediate_size.filter(|&m| m == 0 || m > width) {
             return Err(Error::value(
                 func,
                 "intermediate_size",
@@ -240,11 +264,21 @@ impl ValueModel {
                 m,
             ));
         }
+        let heads = cut
+            .num_attention_heads
+            .map(|h| attention_heads_kept(&config, h, func))
+            .transpose()?;
         let dropped = |name: &str| {
             name.strip_prefix("model.layers.")
                 .and_then(|rest| rest.split('.').next())
                 .and_then(|i| i.parse::<usize>().ok())
                 .is_some_and(|i| i >= layers)
+        };
+        let narrowed = |name: &str| {
+            let mlp = cut
+                .intermediate_size
+                .and_then(|m| mlp_neuron_dim(name).map(|dim| (dim, m)));
+            mlp.or_else(|| heads.and_then(|h| attention_head_dim(name, &config, h)))
         };
         let tensors = policy
             .named_vars()
@@ -252,16 +286,20 @@ impl ValueModel {
             .filter(|(name, _)| !dropped(name))
             .map(|(name, var)| {
                 let t = var.as_tensor();
-                match intermediate_size.map(|m| (m, mlp_neuron_dim(&name))) {
-                    Some((m, Some(dim))) => t.narrow(dim, 0, m).and_then(|t| t.force_contiguous()),
-                    _ => t.copy(),
+                match narrowed(&name) {
+                    Some((dim, len)) => t.narrow(dim, 0, len).and_then(|t| t.force_contiguous()),
+                    None => t.copy(),
                 }
                 .map(|t| (name, t))
             })
             .collect::<candle_core::Result<HashMap<_, _>>>()
             .ctx(func)?;
+        if let Some((q, kv)) = heads {
+            config.num_attention_heads = q;
+            config.num_key_value_heads = kv;
+        }
         config.num_hidden_layers = layers;
-        config.intermediate_size = intermediate_size.unwrap_or(width);
+        config.intermediate_size = cut.intermediate_size.unwrap_or(width);
         let mut backbone =
             CausalLm::from_tensors(config, tensors, policy.dtype(), policy.device())?;
         backbone.set_compute_dtype(policy.compute_dtype())?;
@@ -726,6 +764,46 @@ impl ValueModel {
     }
 }
 
+/// The query and key/value heads a cut to `heads` query heads keeps: `heads` must be a
+/// multiple of the policy's query heads per key/value head, so that each kept query head
+/// reads the key/value head it read in the policy.
+fn attention_heads_kept(
+    config: &crate::ModelConfig,
+    heads: usize,
+    func: &'static str,
+) -> Result<(usize, usize)> {
+    let (h, kv) = (config.num_attention_heads, config.num_key_value_heads);
+    let group = (h / kv.max(1)).max(1);
+    if heads == 0 || heads > h || heads % group != 0 {
+        return Err(Error::value(
+            func,
+            "num_attention_heads",
+            format!(
+                "a multiple of {group} in 1..={h} (the policy's query heads, {group} per key/value head)"
+            ),
+            heads,
+        ));
+    }
+    Ok((heads, heads / group))
+}
+
+/// The dimension of an attention projection's tensor that indexes heads, and how much of it
+/// a cut to `(query, key/value)` heads keeps (`None`: not a projection with heads on an axis;
+/// `o_proj`'s bias, per hidden unit, stays whole).
+fn attention_head_dim(
+    name: &str,
+    config: &crate::ModelConfig,
+    (q, kv): (usize, usize),
+) -> Option<(usize, usize)> {
+    let d = config.head_dim;
+    match name.rsplit_once(".self_attn.")?.1 {
+        "q_proj.weight" | "q_proj.bias" => Some((0, q * d)),
+        "k_proj.weight" | "k_proj.bias" | "v_proj.weight" | "v_proj.bias" => Some((0, kv * d)),
+        "o_proj.weight" => Some((1, q * d)),
+        _ => None,
+    }
+}
+
 /// The dimension that indexes an MLP's neurons in the weight `name`: the rows of `gate_proj`
 /// and `up_proj`, the columns of `down_proj`; `None` for every other weight (LoRA adapters
 /// are added after the cut, so none is among them).
@@ -874,6 +952,37 @@ mod tests {
         }
     }
 
+    /// `p` with every tensor whose name `zeroed` maps to `(dim, keep)` zero past its first
+    /// `keep` entries along `dim`: the policy with those neurons or heads silenced.
+    fn silenced(p: &CausalLm, zeroed: impl Fn(&str) -> Option<(usize, usize)>) -> CausalLm {
+        let tensors = p
+            .named_vars()
+            .into_iter()
+            .map(|(n, v)| {
+                let t = v.as_tensor();
+                let t = match zeroed(&n) {
+                    Some((dim, keep)) => {
+                        let kept = t.narrow(dim, 0, keep).unwrap();
+                        let rest = t.narrow(dim, keep, t.dim(dim).unwrap() - keep).unwrap();
+                        Tensor::cat(&[&kept, &rest.zeros_like().unwrap()], dim).unwrap()
+                    }
+                    None => t.copy().unwrap(),
+                };
+                (n, t)
+            })
+            .collect();
+        CausalLm::from_tensors(p.config().clone(), tensors, DType::F32, &Device::Cpu).unwrap()
+    }
+
+    /// `m` saved in transformers' layout and loaded back (a temporary folder named `name`).
+    fn saved_and_loaded(m: &ValueModel, name: &str) -> ValueModel {
+        let dir = std::env::temp_dir().join(format!("atomrl-{name}-{}", std::process::id()));
+        m.save_hf(&dir).unwrap();
+        let back = ValueModel::from_hf_dir(&dir, &Device::Cpu).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        back
+    }
+
     /// A critic whose MLPs keep the first `m` neurons computes what the policy computes with
     /// its other neurons silenced (their gate and up rows zero: SwiGLU gives 0 there, so
     /// `down_proj` adds nothing from them); it saves and loads back with `intermediate_size =
@@ -888,25 +997,20 @@ mod tests {
         let w = Tensor::from_vec(w, (1, 8), &Device::Cpu).unwrap();
         let values = |m: &ValueModel| head_values(m, &w, &input);
         let (m, layers) = (5, 2);
-        let silenced = p
-            .named_vars()
-            .into_iter()
-            .map(|(n, v)| {
-                let t = v.as_tensor();
-                let t = if n.ends_with("mlp.gate_proj.weight") || n.ends_with("mlp.up_proj.weight")
-                {
-                    let keep = t.narrow(0, 0, m).unwrap();
-                    let zeros = Tensor::zeros((12 - m, 8), DType::F32, &Device::Cpu).unwrap();
-                    Tensor::cat(&[&keep, &zeros], 0).unwrap()
-                } else {
-                    t.copy().unwrap()
-                };
-                (n, t)
-            })
-            .collect();
-        let silenced = CausalLm::from_tensors(c, silenced, DType::F32, &Device::Cpu).unwrap();
+        let silenced = silenced(&p, |n| {
+            (n.ends_with("mlp.gate_proj.weight") || n.ends_with("mlp.up_proj.weight"))
+                .then_some((0, m))
+        });
         let want = values(&ValueModel::from_policy_layers(&silenced, layers).unwrap());
-        let narrow = ValueModel::from_policy_cut(&p, Some(layers), Some(m)).unwrap();
+        let narrow = ValueModel::from_policy_cut(
+            &p,
+            PolicyCut {
+                num_layers: Some(layers),
+                intermediate_size: Some(m),
+                num_attention_heads: None,
+            },
+        )
+        .unwrap();
         let got = values(&narrow);
         assert!(
             got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-6),
@@ -924,20 +1028,99 @@ mod tests {
         assert_eq!(shapes.len(), 3);
         assert!(shapes.iter().all(|s| s.contains(&m) && !s.contains(&12)));
 
-        let dir = std::env::temp_dir().join(format!("atomrl-narrow-critic-{}", std::process::id()));
-        narrow.save_hf(&dir).unwrap();
-        let back = ValueModel::from_hf_dir(&dir, &Device::Cpu).unwrap();
+        let back = saved_and_loaded(&narrow, "narrow-critic");
         let bc = back.backbone().config();
         assert_eq!((bc.num_hidden_layers, bc.intermediate_size), (layers, m));
         assert_eq!(values(&back), got);
-        let _ = std::fs::remove_dir_all(&dir);
         for bad in [0, 13] {
-            let e = ValueModel::from_policy_cut(&p, Some(1), Some(bad))
+            let e = ValueModel::from_policy_cut(
+                &p,
+                PolicyCut {
+                    num_layers: Some(1),
+                    intermediate_size: Some(bad),
+                    num_attention_heads: None,
+                },
+            )
+            .err()
+            .unwrap()
+            .to_string();
+            assert!(
+                e.contains("`intermediate_size`") && e.contains("1..=12"),
+                "{e}"
+            );
+        }
+    }
+
+    /// A critic whose attentions keep the first query heads (and the key/value heads they
+    /// read) computes what the policy computes with its later heads silenced (their columns
+    /// of `o_proj` zero); it saves and loads back with the cut head counts, and a count that
+    /// splits a key/value group is an error naming it.
+    #[test]
+    fn a_critic_with_fewer_heads_is_the_policy_with_its_later_heads_silenced() {
+        // Qwen2 (q/k/v biases), 4 query heads of width 2 over 2 key/value heads.
+        let c = ModelConfig::new(Architecture::Qwen2, 16, 8, 12, 3, 4, 2).unwrap();
+        let p = CausalLm::from_config_random(c.clone(), 9, DType::F32, &Device::Cpu).unwrap();
+        let ids = Tensor::new(&[[1u32, 2, 3, 4, 5, 6]], &Device::Cpu).unwrap();
+        let input = ForwardInput::new(ids);
+        let w: Vec<f32> = (0..8).map(|i| (i as f32 - 3.5) / 4.0).collect();
+        let w = Tensor::from_vec(w, (1, 8), &Device::Cpu).unwrap();
+        let values = |m: &ValueModel| head_values(m, &w, &input);
+        let (heads, layers) = (2, 2);
+        let silenced = silenced(&p, |n| {
+            n.ends_with("self_attn.o_proj.weight")
+                .then_some((1, heads * 2))
+        });
+        let want = values(&ValueModel::from_policy_layers(&silenced, layers).unwrap());
+        let cut = |h| PolicyCut {
+            num_layers: Some(layers),
+            intermediate_size: None,
+            num_attention_heads: Some(h),
+        };
+        let narrow = ValueModel::from_policy_cut(&p, cut(heads)).unwrap();
+        let got = values(&narrow);
+        assert!(
+            got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-6),
+            "{got:?} against {want:?}"
+        );
+        let whole = values(&ValueModel::from_policy_layers(&p, layers).unwrap());
+        assert!(got.iter().zip(&whole).any(|(a, b)| (a - b).abs() > 1e-4));
+        let shapes: BTreeMap<String, Vec<usize>> = narrow
+            .named_vars()
+            .into_iter()
+            .filter_map(|(n, v)| {
+                let rest = n.strip_prefix("model.layers.1.self_attn.")?.to_string();
+                Some((rest, v.as_tensor().dims().to_vec()))
+            })
+            .collect();
+        let want_shapes = [
+            ("k_proj.bias", vec![2]),
+            ("k_proj.weight", vec![2, 8]),
+            ("o_proj.weight", vec![8, 4]),
+            ("q_proj.bias", vec![4]),
+            ("q_proj.weight", vec![4, 8]),
+            ("v_proj.bias", vec![2]),
+            ("v_proj.weight", vec![2, 8]),
+        ];
+        let want_shapes: BTreeMap<String, Vec<usize>> = want_shapes
+            .into_iter()
+            .map(|(n, s)| (n.to_string(), s))
+            .collect();
+        assert_eq!(shapes, want_shapes);
+
+        let back = saved_and_loaded(&narrow, "head-cut-critic");
+        let bc = back.backbone().config();
+        assert_eq!(
+            (bc.num_attention_heads, bc.num_key_value_heads, bc.head_dim),
+            (2, 1, 2)
+        );
+        assert_eq!(values(&back), got);
+        for bad in [0, 1, 3, 6] {
+            let e = ValueModel::from_policy_cut(&p, cut(bad))
                 .err()
                 .unwrap()
                 .to_string();
             assert!(
-                e.contains("`intermediate_size`") && e.contains("1..=12"),
+                e.contains("`num_attention_heads`") && e.contains("a multiple of 2 in 1..=4"),
                 "{e}"
             );
         }

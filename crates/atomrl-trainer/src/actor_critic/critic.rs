@@ -7,7 +7,7 @@ use atomrl_core::shape::masked_sum;
 use atomrl_core::{CandleContext, Error, Result};
 use atomrl_dist::Collective;
 use atomrl_loss::{compute_value_loss, AggOptions};
-use atomrl_model::{CausalLm, ValueModel};
+use atomrl_model::{CausalLm, PolicyCut, ValueModel};
 use atomrl_rollout::{experience_values, Experience};
 use candle_core::{Tensor, Var};
 
@@ -63,7 +63,8 @@ pub(crate) struct Critic {
 
 impl Critic {
     /// The critic of `args` for `policy`: a copy of the policy's transformer (its first
-    /// `critic.num_layers` layers, its MLPs cut to `critic.intermediate_size` neurons) with a
+    /// `critic.num_layers` layers, its MLPs cut to `critic.intermediate_size` neurons, its
+    /// attentions to `critic.num_attention_heads` query heads) with a
     /// zero head, or `critic.model`'s weights; with `[lora]`, adapters of its own; the
     /// policy's compute dtype and gradient checkpointing. With `critic.share_backbone`, a zero
     /// head on the policy's own transformer (only the head is this critic's to train).
@@ -78,9 +79,13 @@ impl Critic {
         } else {
             let mut model = match (&settings.model, settings.num_layers) {
                 (Some(dir), _) => load_critic(dir, policy)?,
-                (None, layers) => {
-                    ValueModel::from_policy_cut(policy, layers, settings.intermediate_size)
-                        .map_err(|e| e.in_table("critic"))?
+                (None, num_layers) => {
+                    let cut = PolicyCut {
+                        num_layers,
+                        intermediate_size: settings.intermediate_size,
+                        num_attention_heads: settings.num_attention_heads,
+                    };
+                    ValueModel::from_policy_cut(policy, cut).map_err(|e| e.in_table("critic"))?
                 }
             };
             if let Some(l) = &args.lora {
