@@ -43,6 +43,27 @@ pub struct PolicyCut {
     pub num_attention_heads: Option<usize>,
 }
 
+impl PolicyCut {
+    /// The cut of `num_layers` layers, `intermediate_size` neurons and `num_attention_heads`
+    /// query heads (each `None`: the policy's).
+    ///
+    /// ```
+    /// let cut = atomrl_model::PolicyCut::new(Some(1), None, Some(2));
+    /// assert_eq!((cut.num_layers, cut.num_attention_heads), (Some(1), Some(2)));
+    /// ```
+    pub const fn new(
+        num_layers: Option<usize>,
+        intermediate_size: Option<usize>,
+        num_attention_heads: Option<usize>,
+    ) -> Self {
+        Self {
+            num_layers,
+            intermediate_size,
+            num_attention_heads,
+        }
+    }
+}
+
 /// A value model: the transformer of a [`CausalLm`] (its own copy of the weights, trained
 /// with the critic's optimizer, or the policy's own with [`ValueModel::sharing_backbone`])
 /// and a linear head `H → 1` on every position's final hidden state. `values[n, l]` is the value of the state after tokens `0..=l`.

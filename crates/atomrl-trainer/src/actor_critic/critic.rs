@@ -79,13 +79,10 @@ impl Critic {
         } else {
             let mut model = match (&settings.model, settings.num_layers) {
                 (Some(dir), _) => load_critic(dir, policy)?,
-                (None, num_layers) => {
-                    let cut = PolicyCut {
-                        num_layers,
-                        intermediate_size: settings.intermediate_size,
-                        num_attention_heads: settings.num_attention_heads,
-                    };
-                    ValueModel::from_policy_cut(policy, cut).map_err(|e| e.in_table("critic"))?
+                (None, layers) => {
+                    let (m, h) = (settings.intermediate_size, settings.num_attention_heads);
+                    ValueModel::from_policy_cut(policy, PolicyCut::new(layers, m, h))
+                        .map_err(|e| e.in_table("critic"))?
                 }
             };
             if let Some(l) = &args.lora {
