@@ -206,15 +206,18 @@ fn bad_search_spaces_are_errors_naming_the_key() {
 fn asha_stops_trials_that_fall_behind_at_a_rung_and_keeps_their_checkpoint() {
     let dir = temp_dir("sweep-asha");
     // The logged learning rate as the objective: known in advance, so the rule's decisions are.
+    // The budget is long enough that a trial is still running when the sweep, which looks every
+    // 0.3 s, sees its first rung (at 60 steps a fast CPU finished the trial between two looks,
+    // and a trial that has ended is not stopped).
     let cfg = write_sweep(
         &dir,
-        "sampler = \"grid\"\ntrials = 3\n[sweep.asha]\nmin_steps = 2\nreduction_factor = 2",
+        "sampler = \"grid\"\ntrials = 3\n[sweep.asha]\nmin_steps = 10\nreduction_factor = 2",
         "lr = { choice = [1e-2, 1e-3, 1e-4] }\n",
     );
     let text = std::fs::read_to_string(&cfg)
         .unwrap()
         .replace("metric = \"reward/mean\"\nat = \"best\"", "metric = \"lr\"")
-        .replace("budget_steps = 2\n", "budget_steps = 60\n");
+        .replace("budget_steps = 2\n", "budget_steps = 600\n");
     std::fs::write(&cfg, text).unwrap();
     let out = run(&cfg, &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
