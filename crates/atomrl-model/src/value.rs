@@ -202,7 +202,7 @@ impl ValueModel {
     /// use candle_core::{DType, Device};
     /// // 4 query heads over 2 key/value heads.
     /// let policy = CausalLm::from_config_random(ModelConfig::new(Architecture::Qwen2, 16, 8, 32, 3, 4, 2)?, 1, DType::F32, &Device::Cpu)?;
-    /// let cut = |l, m, h| PolicyCut { num_layers: l, intermediate_size: m, num_attention_heads: h };
+    /// let cut = PolicyCut::new;
     /// let critic = ValueModel::from_policy_cut(&policy, cut(Some(1), Some(8), Some(2)))?;
     /// let c = critic.backbone().config();
     /// assert_eq!((c.num_hidden_layers, c.intermediate_size), (1, 8));
@@ -1004,6 +1004,14 @@ mod tests {
         back
     }
 
+    /// The error of a cut of `p` that must fail.
+    fn cut_error(p: &CausalLm, cut: PolicyCut) -> String {
+        ValueModel::from_policy_cut(p, cut)
+            .err()
+            .unwrap()
+            .to_string()
+    }
+
     /// A critic whose MLPs keep the first `m` neurons computes what the policy computes with
     /// its other neurons silenced (their gate and up rows zero: SwiGLU gives 0 there, so
     /// `down_proj` adds nothing from them); it saves and loads back with `intermediate_size =
@@ -1023,15 +1031,8 @@ mod tests {
                 .then_some((0, m))
         });
         let want = values(&ValueModel::from_policy_layers(&silenced, layers).unwrap());
-        let narrow = ValueModel::from_policy_cut(
-            &p,
-            PolicyCut {
-                num_layers: Some(layers),
-                intermediate_size: Some(m),
-                num_attention_heads: None,
-            },
-        )
-        .unwrap();
+        let narrow =
+            ValueModel::from_policy_cut(&p, PolicyCut::new(Some(layers), Some(m), None)).unwrap();
         let got = values(&narrow);
         assert!(
             got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-6),
@@ -1054,17 +1055,7 @@ mod tests {
         assert_eq!((bc.num_hidden_layers, bc.intermediate_size), (layers, m));
         assert_eq!(values(&back), got);
         for bad in [0, 13] {
-            let e = ValueModel::from_policy_cut(
-                &p,
-                PolicyCut {
-                    num_layers: Some(1),
-                    intermediate_size: Some(bad),
-                    num_attention_heads: None,
-                },
-            )
-            .err()
-            .unwrap()
-            .to_string();
+            let e = cut_error(&p, PolicyCut::new(Some(1), Some(bad), None));
             assert!(
                 e.contains("`intermediate_size`") && e.contains("1..=12"),
                 "{e}"
@@ -1092,11 +1083,7 @@ mod tests {
                 .then_some((1, heads * 2))
         });
         let want = values(&ValueModel::from_policy_layers(&silenced, layers).unwrap());
-        let cut = |h| PolicyCut {
-            num_layers: Some(layers),
-            intermediate_size: None,
-            num_attention_heads: Some(h),
-        };
+        let cut = |h| PolicyCut::new(Some(layers), None, Some(h));
         let narrow = ValueModel::from_policy_cut(&p, cut(heads)).unwrap();
         let got = values(&narrow);
         assert!(
@@ -1136,10 +1123,7 @@ mod tests {
         );
         assert_eq!(values(&back), got);
         for bad in [0, 1, 3, 6] {
-            let e = ValueModel::from_policy_cut(&p, cut(bad))
-                .err()
-                .unwrap()
-                .to_string();
+            let e = cut_error(&p, cut(bad));
             assert!(
                 e.contains("`num_attention_heads`") && e.contains("a multiple of 2 in 1..=4"),
                 "{e}"
