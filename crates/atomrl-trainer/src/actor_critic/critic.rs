@@ -77,12 +77,13 @@ impl Critic {
             // The policy's transformer, its adapters, dtype and checkpointing included.
             ValueModel::sharing_backbone(policy)?
         } else {
-            let mut model = match (&settings.model, settings.num_layers) {
-                (Some(dir), _) => load_critic(dir, policy)?,
-                (None, layers) => {
-                    let (m, h) = (settings.intermediate_size, settings.num_attention_heads);
-                    ValueModel::from_policy_cut(policy, PolicyCut::new(layers, m, h))
-                        .map_err(|e| e.in_table("critic"))?
+            let mut model = match &settings.model {
+                Some(dir) => load_critic(dir, policy)?,
+                None => {
+                    let s = &settings;
+                    let cut =
+                        PolicyCut::new(s.num_layers, s.intermediate_size, s.num_attention_heads);
+                    ValueModel::from_policy_cut(policy, cut).map_err(|e| e.in_table("critic"))?
                 }
             };
             if let Some(l) = &args.lora {
