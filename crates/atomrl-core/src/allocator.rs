@@ -59,9 +59,17 @@ pub fn tune_allocator() {
     }
 }
 
-/// One malloc arena per data-parallel worker thread (and the main thread's), for models of at
-/// most [`ARENA_PER_WORKER_MAX_PARAMS`] parameters trained by two or more workers; otherwise
-/// nothing changes. Call once the run's workers are known, before they start.
+/// One malloc arena per data-parallel worker thread (and the main thread's, and one for each
+/// thread of rayon's global pool), for models of at most [`ARENA_PER_WORKER_MAX_PARAMS`]
+/// parameters trained by two or more workers; otherwise nothing changes. Call once the run's
+/// workers are known, before they start.
+///
+/// The pool's threads count because a running thread keeps its arena: where they were left
+/// out, the one pool thread of a one-thread plan (started by the gradient norm, which no
+/// longer uses rayon at one thread) held a worker's arena for the whole run, and the two
+/// workers shared the other one and waited on its lock (2-core AMD EPYC, embedded model:
+/// GRPO 45–46 → 40–41 ms a step, PPO 52–56 → 48–50 ms, with either change; docs/performance.md
+/// item 27). A limit above the threads that allocate costs nothing: arenas are made on demand.
 ///
 /// A worker's heap also keeps 64 MiB of padding at its top (`M_TOP_PAD`): without it glibc
 /// unmaps a worker heap that a step has emptied, and the next step faults it in again
@@ -69,7 +77,7 @@ pub fn tune_allocator() {
 ///
 /// ```
 /// use atomrl_core::allocator::arenas_for_workers;
-/// arenas_for_workers(1_000_000, 2); // the embedded model, two workers: three arenas
+/// arenas_for_workers(1_000_000, 2); // the embedded model, two workers: an arena each
 /// arenas_for_workers(494_000_000, 1); // one worker: unchanged
 /// ```
 pub fn arenas_for_workers(num_params: usize, workers: usize) {
@@ -80,7 +88,8 @@ pub fn arenas_for_workers(num_params: usize, workers: usize) {
     #[allow(unsafe_code)]
     // SAFETY: as in `tune_allocator`; the arena limit only affects arenas created later.
     unsafe {
-        let arenas = libc::c_int::try_from(workers + 1).unwrap_or(libc::c_int::MAX);
+        let pool = candle_core::utils::get_num_threads();
+        let arenas = libc::c_int::try_from(workers + 1 + pool).unwrap_or(libc::c_int::MAX);
         libc::mallopt(libc::M_ARENA_MAX, arenas);
         libc::mallopt(libc::M_TOP_PAD, 64 << 20);
     }

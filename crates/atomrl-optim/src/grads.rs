@@ -285,11 +285,17 @@ impl Gradients {
         if ts.is_empty() || !ts.iter().all(|t| t.device().is_cpu()) {
             return Ok(None);
         }
-        let partials = ts
-            .par_iter()
-            .map(|t| cpu_squared_norm(t))
-            .collect::<candle_core::Result<Vec<_>>>()
-            .ctx(FUNC)?;
+        // With one compute thread the loop stays on this thread: handing it to rayon's
+        // one-thread pool would start that thread, which then holds a malloc arena the
+        // data-parallel workers need (atomrl_core::allocator::arenas_for_workers).
+        let partials = if candle_core::utils::get_num_threads() > 1 {
+            ts.par_iter()
+                .map(|t| cpu_squared_norm(t))
+                .collect::<candle_core::Result<Vec<_>>>()
+        } else {
+            ts.iter().map(|t| cpu_squared_norm(t)).collect()
+        }
+        .ctx(FUNC)?;
         Ok(partials
             .into_iter()
             .collect::<Option<Vec<f32>>>()
