@@ -68,7 +68,7 @@ pub fn tune_allocator() {
 /// out, the one pool thread of a one-thread plan (started by the gradient norm, which no
 /// longer uses rayon at one thread) held a worker's arena for the whole run, and the two
 /// workers shared the other one and waited on its lock (2-core AMD EPYC, embedded model:
-/// GRPO 45–46 → 40–41 ms a step, PPO 52–56 → 48–50 ms, with either change; docs/performance.md
+/// GRPO 43.8–47.5 → 39.8–42.3 ms a step, PPO 51.6–57.1 → 47.8–52.6 ms; docs/performance.md
 /// item 27). A limit above the threads that allocate costs nothing: arenas are made on demand.
 ///
 /// A worker's heap also keeps 64 MiB of padding at its top (`M_TOP_PAD`): without it glibc
