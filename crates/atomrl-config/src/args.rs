@@ -270,6 +270,18 @@ pub struct GRPOArgs {
     pub warmup_steps: usize,
     /// Final learning rate as a share of `lr` (linear and cosine).
     pub min_lr_ratio: f64,
+    /// The number of optimizer steps `lr` was tuned for (0 = off). A longer run takes a lower
+    /// peak, `lr · (lr_horizon_steps / steps)^lr_horizon_exponent` (the horizon scaling law of
+    /// Bjorck et al., ICLR 2025); a shorter one keeps `lr`. `steps` is `max_steps`, or with
+    /// `lr_schedule_on_budget` and a time budget the steps the run's pace will fit in the
+    /// budget, measured from the first 5% of it on (the rate then depends on the machine's
+    /// pace, as the number of steps does). The critic's rate is not scaled.
+    #[serde(default)]
+    pub lr_horizon_steps: usize,
+    /// The exponent of `lr_horizon_steps`' rule, in (0, 1] when that is set (ignored when it
+    /// is 0).
+    #[serde(default)]
+    pub lr_horizon_exponent: f64,
     /// Seed of data order, sampling and initialisation.
     pub seed: u64,
     /// Save a checkpoint every this many steps (0 = only at the end).
@@ -452,6 +464,8 @@ mod tests {
             warmup_ratio: 0.0,
             warmup_steps: 0,
             min_lr_ratio: 0.0,
+            lr_horizon_steps: 0,
+            lr_horizon_exponent: 0.0,
             seed: 42,
             save_steps: 0,
             save_total_limit: 3,

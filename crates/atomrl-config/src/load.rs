@@ -366,6 +366,38 @@ mod tests {
     }
 
     #[test]
+    fn the_lr_horizon_needs_an_exponent_in_range() {
+        let mut o = base();
+        o.extend([
+            "lr_horizon_steps=1000".into(),
+            "lr_horizon_exponent=0.15".into(),
+        ]);
+        let a = load_args(None, None, &o).unwrap();
+        assert_eq!((a.lr_horizon_steps, a.lr_horizon_exponent), (1000, 0.15));
+        assert_eq!(load_args(None, None, &base()).unwrap().lr_horizon_steps, 0);
+        // 0 steps turn the rule off whatever the exponent.
+        o.push("lr_horizon_steps=0".into());
+        assert!(load_args(None, None, &o).is_ok());
+        for (sets, key, expected) in [
+            (
+                &["lr_horizon_steps=1000"][..],
+                "`lr_horizon_exponent`",
+                "when lr_horizon_steps is set (it is 1000)",
+            ),
+            (
+                &["lr_horizon_steps=10", "lr_horizon_exponent=1.5"][..],
+                "`lr_horizon_exponent`",
+                "in [0, 1]",
+            ),
+        ] {
+            let mut o = base();
+            o.extend(sets.iter().map(|s| s.to_string()));
+            let e = load_args(None, None, &o).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains(expected), "{sets:?}: {e}");
+        }
+    }
+
+    #[test]
     fn actor_critic_presets_need_a_critic_lr_and_check_its_ranges() {
         for recipe in [Recipe::Ppo, Recipe::A2c, Recipe::Trpo] {
             let e = load_args(None, Some(recipe), &base())

@@ -94,6 +94,7 @@ fn check_ranges(a: &GRPOArgs) -> Result<()> {
             return Err(Error::value(FUNC, key, "in [0, 1]", v));
         }
     }
+    check_lr_horizon(a)?;
     if !(0.0..1.0).contains(&a.min_p) {
         return Err(Error::value(FUNC, "min_p", "in [0, 1)", a.min_p));
     }
@@ -102,6 +103,26 @@ fn check_ranges(a: &GRPOArgs) -> Result<()> {
         if !(c.is_finite() && c > 1.0) {
             return Err(Error::value(FUNC, "clip_ratio_c", "a finite number > 1", c));
         }
+    }
+    Ok(())
+}
+
+/// `lr_horizon_exponent`'s range; a rule with `lr_horizon_steps` set needs it (0 steps: off).
+fn check_lr_horizon(a: &GRPOArgs) -> Result<()> {
+    let e = a.lr_horizon_exponent;
+    if !(0.0..=1.0).contains(&e) {
+        return Err(Error::value(FUNC, "lr_horizon_exponent", "in [0, 1]", e));
+    }
+    if a.lr_horizon_steps > 0 && e == 0.0 {
+        return Err(Error::value(
+            FUNC,
+            "lr_horizon_exponent",
+            format!(
+                "in (0, 1] when lr_horizon_steps is set (it is {})",
+                a.lr_horizon_steps
+            ),
+            e,
+        ));
     }
     Ok(())
 }

@@ -43,7 +43,10 @@ pub use adamw::{AdamW, AdamWConfig};
 pub use flat::{flatten_vars, set_vars_from_flat};
 pub use grads::Gradients;
 pub use registry::functions;
-pub use schedule::{budget_schedule_step, learning_rate, warmup_steps, LrSchedule, RunSchedule};
+pub use schedule::{
+    budget_horizon, budget_schedule_step, learning_rate, warmup_steps, LrHorizon, LrSchedule,
+    RunSchedule, HORIZON_PACE_SHARE,
+};
 pub use step_settings::StepSettings;
 pub use trpo::{
     backtracking_line_search, conjugate_gradient, fisher_vector_product, trust_region_step,

@@ -20,7 +20,7 @@ use crate::data::{EpochSampler, Example};
 use crate::dpo::DpoStep;
 use crate::grpo::GrpoStep;
 use crate::logging::{keys, MetricRow, MetricsLogger, RunStatus, STATUS_FILE};
-use crate::optim::{warmup_steps, RunSchedule};
+use crate::optim::{warmup_steps, LrHorizon, RunSchedule};
 use crate::parallel::dist_error;
 use crate::recipe::{RecipeStep, RunData};
 use crate::reward_model::RewardModelStep;
@@ -433,6 +433,7 @@ impl Trainer {
                 0.0
             },
             on_budget: a.lr_schedule_on_budget,
+            horizon: LrHorizon::new(a.lr_horizon_steps, a.lr_horizon_exponent),
             started: Instant::now(),
         }
     }
