@@ -337,3 +337,30 @@ fn the_attention_budget_reaches_the_policy() {
     let (model, _) = atomrl_trainer::runtime::load_policy(&set, &Device::Cpu).unwrap();
     assert_eq!(model.attention_scores_budget(), 64);
 }
+
+/// `lr_horizon_steps` reaches the run: 4 steps against a rate tuned for 2 take the peak
+/// `lr · (2 / 4)^0.5` on every step of a constant schedule; a run no longer than 4 keeps `lr`.
+#[test]
+fn the_lr_horizon_lowers_a_longer_runs_peak() {
+    let logged_lrs = |name: &str, horizon: &[&str]| -> Vec<f64> {
+        let dir = temp_dir(name);
+        trainer(args(&dir, horizon), vowel_rewards())
+            .train()
+            .unwrap();
+        let rows = read_metrics(dir.join("run/metrics.jsonl")).unwrap();
+        rows.iter().filter_map(|r| r.get("lr")).collect()
+    };
+    let scaled = logged_lrs(
+        "lr-horizon",
+        &["lr_horizon_steps=2", "lr_horizon_exponent=0.5"],
+    );
+    assert_eq!(scaled.len(), 4, "{scaled:?}");
+    for lr in &scaled {
+        approx::assert_relative_eq!(*lr, 1e-3 * 0.5f64.sqrt(), max_relative = 1e-12);
+    }
+    let kept = logged_lrs(
+        "lr-horizon-short",
+        &["lr_horizon_steps=4", "lr_horizon_exponent=0.5"],
+    );
+    assert_eq!(kept, vec![1e-3; 4]);
+}
