@@ -20,18 +20,21 @@
 #   atomrl-unmerged-decode.json  the bf16 decode bench with ATOMRL_DECODE_MERGE=0 (q/k/v, gate/up
 #                        and each residual add apart: what the decode step's merges save)
 #   nsys-decode-kernels.txt    per-kernel GPU time of bf16 decoding at batch 64 (where nsys exists)
-#   atomrl-long.jsonl    a bf16 training step of 8 x (64 + 2,048) tokens: attention in chunks of
-#                        queries (the GPU default budget), then unchunked (the budget at its
-#                        largest), then PyTorch's (SDPA) in torch-long.json
+#   atomrl-long.jsonl    a bf16 training step of 8 x (64 + 2,048) tokens: FlashAttention
+#                        (ATOMRL_FLASH_ATTENTION=long: past the score budget), then in chunks of
+#                        queries (the default at the GPU budget), then unchunked (the budget at
+#                        its largest), then PyTorch's (SDPA) in torch-long.json
+#   atomrl-flash.json    the bench's bf16 training step with ATOMRL_FLASH_ATTENTION=1 (FlashAttention
+#                        at 320 tokens too, against the tensor-op attention of atomrl-bench.json)
 # STEPS lists the steps to run (default all): device-check bench eager-decode unmerged-decode
-# decode-parts decode-ops nsys profile parts unfused event-tracking torch grpo long.
-# Each step has its own timeout (T1..T15 seconds), so one that hangs does not cost the rest. The
+# decode-parts decode-ops nsys profile parts unfused event-tracking torch grpo long flash.
+# Each step has its own timeout (T1..T16 seconds), so one that hangs does not cost the rest. The
 # steps before `long` took ~250 s as measured; `long` (not yet run) should add 1-2 minutes. A call
 # of the device tool is limited to 600 s: where that is near, run `long` in a call of its own
 # (STEPS=long).
 set -u
 : "${OUT:?set OUT to the results folder}"
-STEPS=${STEPS:-device-check bench eager-decode unmerged-decode decode-parts decode-ops nsys profile parts unfused event-tracking torch grpo long}
+STEPS=${STEPS:-device-check bench eager-decode unmerged-decode decode-parts decode-ops nsys profile parts unfused event-tracking torch grpo long flash}
 want() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 mkdir -p "$OUT"
 ROOT=$PWD
@@ -152,11 +155,21 @@ log atomrl-long
 # time and peak memory, against the unchunked form and PyTorch's SDPA at the same length.
 LONG="--dtypes bf16 --skip-decode --prompt-len 64 --completion-len 2048 --train-rows 8 --micro-batch 8"
 : > "$OUT/atomrl-long.jsonl"
-for budget in "" "--attention-scores-budget 18446744073709551615"; do
-  timeout "${T14:-60}" $X bench $SHAPE $LONG $budget --json /tmp/atomrl-part.json >> "$L" 2>&1; echo "rc=$?" >> "$L"
+for form in flash chunked unchunked; do
+  budget=""; flash=long
+  [ $form = chunked ] && flash=0
+  [ $form = unchunked ] && { flash=0; budget="--attention-scores-budget 18446744073709551615"; }
+  echo "long: $form" >> "$L"
+  ATOMRL_FLASH_ATTENTION=$flash timeout "${T14:-60}" $X bench $SHAPE $LONG $budget --json /tmp/atomrl-part.json >> "$L" 2>&1; echo "rc=$?" >> "$L"
   [ -f /tmp/atomrl-part.json ] && { tr -d '\n' < /tmp/atomrl-part.json; echo; } >> "$OUT/atomrl-long.jsonl"
   rm -f /tmp/atomrl-part.json
 done
 PYTHONUNBUFFERED=1 timeout "${T15:-60}" python3 gpu/bench_torch_gpu.py --device cuda --shape qwen2.5-0.5b --bandwidth-gbs $BW $LONG --json "$OUT/torch-long.json" >> "$L" 2>&1; echo "rc=$?" >> "$L"
+}
+want flash && {
+log atomrl-flash
+# FlashAttention for every attention (ATOMRL_FLASH_ATTENTION=1): the training step at the bench's
+# 320 tokens, where the default keeps cuBLAS's tensor-op attention.
+ATOMRL_FLASH_ATTENTION=1 timeout "${T16:-60}" $X bench $SHAPE --dtypes bf16 --skip-decode --json "$OUT/atomrl-flash.json" >> "$L" 2>&1; echo "rc=$?" >> "$L"
 }
 log end

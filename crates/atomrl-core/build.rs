@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const KERNELS: [&str; 4] = ["optim", "model", "logprob", "decode"];
+const KERNELS: [&str; 5] = ["optim", "model", "logprob", "decode", "attention"];
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");

@@ -10,7 +10,7 @@
 
 use std::path::PathBuf;
 
-const KERNELS: [&str; 4] = ["optim", "model", "logprob", "decode"];
+const KERNELS: [&str; 5] = ["optim", "model", "logprob", "decode", "attention"];
 
 fn main() {
     let here = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));

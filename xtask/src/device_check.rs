@@ -947,10 +947,10 @@ mod tests {
         let rows = run(&args).unwrap();
         std::fs::remove_dir_all(&scratch).ok();
         // models × precisions × rows, (5 decoder kernels, RoPE on a token-major input among
-        // them, + the decode step's 2 + chunked attention + the log-softmax + the LM head +
-        // the device draw) × precisions × references, the optimizer's two.
+        // them, + the decode step's 2 + chunked attention + FlashAttention + the log-softmax +
+        // the LM head + the device draw) × precisions × references, the optimizer's two.
         // The static decode rows: f32 only (the CPU has no bf16 static step).
-        assert_eq!(rows.len(), 2 * 2 * 9 + 2 * 2 + 11 * 2 * 2 + 2);
+        assert_eq!(rows.len(), 2 * 2 * 9 + 2 * 2 + 12 * 2 * 2 + 2);
         // The optimizer's rows: the same code on the same device.
         assert!(rows
             .iter()

@@ -1,7 +1,7 @@
 //! AtomRL's own CUDA kernels as PTX (feature `cuda`): compiled from `cuda/*.cu` by the build
 //! script with nvcc, loaded by the crates that launch them (`atomrl-optim`: in-place optimizer
 //! and gradient kernels; `atomrl-model`: fused decoder kernels; `atomrl-logprob`: the selective
-//! log-softmax; the static decode step) through candle's
+//! log-softmax; the static decode step; FlashAttention) through candle's
 //! `CudaDevice::get_or_load_custom_func`. Whether they are used at all is
 //! [`crate::device::cuda_fused_kernels`] (`ATOMRL_CUDA_FUSED=0` turns them off).
 
@@ -21,6 +21,11 @@ pub const LOGPROB_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/logprob.pt
 /// memory (`atomrl_decode_bias_*`, `atomrl_decode_qkv_*`; launched by atomrl-model's
 /// `StaticDecode`, replayed in a CUDA graph).
 pub const DECODE_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/decode.ptx"));
+
+/// `cuda/attention.cu`: FlashAttention's forward and its two backward passes for training
+/// and prefill, `atomrl_flash_<first_key|fwd|bwd_dq|bwd_dkv>_<f32|bf16|f16>` (launched by
+/// atomrl-model's attention).
+pub const ATTENTION_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/attention.ptx"));
 
 use candle_core::cuda_backend::cudarc::driver::LaunchConfig;
 use candle_core::{DType, Layout};

@@ -69,3 +69,65 @@ pub fn pick_part(chunks: usize, rows: usize) -> Dims {
 pub fn pick_finish(rows: usize) -> Dims {
     ([rows.div_ceil(64) as u32, 1, 1], [64, 1, 1])
 }
+
+/// Head dims up to this take the FlashAttention kernels (`FA_MAX_D` in `attention.cu`).
+pub const FLASH_MAX_HEAD_DIM: usize = 128;
+
+/// Query rows of a FlashAttention forward block, one per warp (`FA_FWD_ROWS`).
+pub const FLASH_FWD_ROWS: usize = 16;
+
+/// Query rows of a FlashAttention dq block (`FA_DQ_ROWS`).
+pub const FLASH_DQ_ROWS: usize = 8;
+
+/// Keys of a FlashAttention dk/dv block (`FA_KV_ROWS`).
+pub const FLASH_KV_ROWS: usize = 8;
+
+/// `atomrl_flash_first_key_*`: one warp per batch row.
+///
+/// ```
+/// assert_eq!(atomrl_core::launch_dims::flash_first_key(3), ([3, 1, 1], [32, 1, 1]));
+/// ```
+pub fn flash_first_key(n: usize) -> Dims {
+    ([n.max(1) as u32, 1, 1], [32, 1, 1])
+}
+
+/// `atomrl_flash_fwd_*` over `q [n, heads, l, d]`: block `(t, h, n)` for the tile `t` of
+/// [`FLASH_FWD_ROWS`] queries of head `h`, a warp per query.
+///
+/// ```
+/// assert_eq!(atomrl_core::launch_dims::flash_fwd(2, 14, 40), ([3, 14, 2], [512, 1, 1]));
+/// ```
+pub fn flash_fwd(n: usize, heads: usize, l: usize) -> Dims {
+    let tiles = l.div_ceil(FLASH_FWD_ROWS).max(1) as u32;
+    (
+        [tiles, heads as u32, n as u32],
+        [FLASH_FWD_ROWS as u32 * 32, 1, 1],
+    )
+}
+
+/// `atomrl_flash_bwd_dq_*`: as [`flash_fwd`] with tiles of [`FLASH_DQ_ROWS`] queries.
+///
+/// ```
+/// assert_eq!(atomrl_core::launch_dims::flash_bwd_dq(2, 14, 40), ([5, 14, 2], [256, 1, 1]));
+/// ```
+pub fn flash_bwd_dq(n: usize, heads: usize, l: usize) -> Dims {
+    let tiles = l.div_ceil(FLASH_DQ_ROWS).max(1) as u32;
+    (
+        [tiles, heads as u32, n as u32],
+        [FLASH_DQ_ROWS as u32 * 32, 1, 1],
+    )
+}
+
+/// `atomrl_flash_bwd_dkv_*` over `k, v [n, kv_heads, s, d]`: block `(t, g, n)` for the tile
+/// `t` of [`FLASH_KV_ROWS`] keys of key/value head `g`, a warp per key.
+///
+/// ```
+/// assert_eq!(atomrl_core::launch_dims::flash_bwd_dkv(2, 2, 40), ([5, 2, 2], [256, 1, 1]));
+/// ```
+pub fn flash_bwd_dkv(n: usize, kv_heads: usize, s: usize) -> Dims {
+    let tiles = s.div_ceil(FLASH_KV_ROWS).max(1) as u32;
+    (
+        [tiles, kv_heads as u32, n as u32],
+        [FLASH_KV_ROWS as u32 * 32, 1, 1],
+    )
+}

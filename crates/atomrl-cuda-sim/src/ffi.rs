@@ -50,6 +50,63 @@ pub(crate) struct Kernels {
     pub pick_part:
         unsafe extern "C" fn(In, i32, u32, u32, *const u32, u32, f32, i32, i32, *mut PickState),
     pub pick_finish: unsafe extern "C" fn(In, *const PickState, i32, i32, f32, i32, *mut u32),
+    pub flash_first_key: unsafe extern "C" fn(In, *mut i32, i32, i32),
+    #[allow(clippy::type_complexity)]
+    pub flash_fwd: unsafe extern "C" fn(In, In, In, In, *const i32, Out, *mut f32, FlashShape),
+    #[allow(clippy::type_complexity)]
+    pub flash_bwd_dq: unsafe extern "C" fn(
+        In,
+        In,
+        In,
+        In,
+        In,
+        *const f32,
+        In,
+        *const i32,
+        Out,
+        *mut f32,
+        FlashShape,
+    ),
+    #[allow(clippy::type_complexity)]
+    pub flash_bwd_dkv: unsafe extern "C" fn(
+        In,
+        In,
+        In,
+        In,
+        *const f32,
+        *const f32,
+        In,
+        *const i32,
+        Out,
+        Out,
+        FlashShape,
+    ),
+}
+
+/// attention.cu's `FlashShape`: the scalar arguments of every FlashAttention kernel.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FlashShape {
+    /// Query heads.
+    pub heads: i32,
+    /// Key/value heads.
+    pub kv_heads: i32,
+    /// Queries per row.
+    pub l: i32,
+    /// Keys per row.
+    pub s: i32,
+    /// Head dim.
+    pub d: i32,
+    /// Cached positions before the queries.
+    pub past: i32,
+    /// 1 when keys after `past + i` are masked for query `i`.
+    pub causal: i32,
+    /// The scores' scale.
+    pub scale: f32,
+    /// The value added to masked scores.
+    pub mask_value: f32,
+    /// 1 when the key-padding bias is read.
+    pub has_pad: i32,
 }
 
 /// decode.cu's `PickState`: a block's best Gumbel score and its index, and its log-sum-exp as
@@ -70,7 +127,7 @@ pub struct PickState {
 macro_rules! dtype_kernels {
     ($module:ident, $table:ident, $suffix:literal) => {
         mod $module {
-            use super::{In, Out, PickState};
+            use super::{FlashShape, In, Out, PickState};
             extern "C" {
                 #[link_name = concat!("atomrl_rms_norm_fwd_", $suffix)]
                 pub fn rms_norm_fwd(x: In, w: In, y: Out, h: i32, eps: f32, round_xhat: i32);
@@ -201,6 +258,47 @@ macro_rules! dtype_kernels {
                     v: i32,
                     out: *mut u32,
                 );
+                #[link_name = concat!("atomrl_flash_first_key_", $suffix)]
+                pub fn flash_first_key(pad: In, first_key: *mut i32, s: i32, has_pad: i32);
+                #[link_name = concat!("atomrl_flash_fwd_", $suffix)]
+                pub fn flash_fwd(
+                    q: In,
+                    k: In,
+                    v: In,
+                    pad: In,
+                    first_key: *const i32,
+                    o: Out,
+                    stats: *mut f32,
+                    f: FlashShape,
+                );
+                #[link_name = concat!("atomrl_flash_bwd_dq_", $suffix)]
+                pub fn flash_bwd_dq(
+                    q: In,
+                    k: In,
+                    v: In,
+                    o: In,
+                    dout: In,
+                    stats: *const f32,
+                    pad: In,
+                    first_key: *const i32,
+                    dq: Out,
+                    delta: *mut f32,
+                    f: FlashShape,
+                );
+                #[link_name = concat!("atomrl_flash_bwd_dkv_", $suffix)]
+                pub fn flash_bwd_dkv(
+                    q: In,
+                    k: In,
+                    v: In,
+                    dout: In,
+                    stats: *const f32,
+                    delta: *const f32,
+                    pad: In,
+                    first_key: *const i32,
+                    dk: Out,
+                    dv: Out,
+                    f: FlashShape,
+                );
             }
         }
 
@@ -222,6 +320,10 @@ macro_rules! dtype_kernels {
             decode_qkv: $module::decode_qkv,
             pick_part: $module::pick_part,
             pick_finish: $module::pick_finish,
+            flash_first_key: $module::flash_first_key,
+            flash_fwd: $module::flash_fwd,
+            flash_bwd_dq: $module::flash_bwd_dq,
+            flash_bwd_dkv: $module::flash_bwd_dkv,
         };
     };
 }

@@ -3,7 +3,7 @@
 //! the `.cu` files' comments; each function names its kernel.
 #![allow(unsafe_code, clippy::too_many_arguments)]
 
-use crate::ffi::{self, PickState};
+use crate::ffi::{self, FlashShape, PickState};
 use crate::launch::{launch, Launch, Ptr};
 use crate::Elem;
 
@@ -739,5 +739,267 @@ pub fn pick_finish<T: Elem>(
     // SAFETY: one thread per row (threads past `rows` return); lengths checked.
     launch(l, &|| unsafe {
         (T::KERNELS.pick_finish)(px.get(), pp.get(), ri, ci, inv_t, vi, po.get_mut())
+    });
+}
+
+// ---- attention.cu
+
+/// The shapes and mask of a FlashAttention launch (`attention.cu`): `q [n, heads, l, d]` and
+/// `k, v [n, kv_heads, s, d]`, contiguous, with the attention softmax's mask.
+#[derive(Debug, Clone, Copy)]
+pub struct Flash<'a, T> {
+    /// Batch rows.
+    pub n: usize,
+    /// Query heads, a multiple of `kv_heads`.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Queries per row.
+    pub l: usize,
+    /// Keys per row.
+    pub s: usize,
+    /// Head dim, at most `atomrl_core::launch_dims::FLASH_MAX_HEAD_DIM`.
+    pub d: usize,
+    /// The scores' scale.
+    pub scale: f32,
+    /// Causality and key padding (`pad [n, s]`).
+    pub mask: SoftmaxMask<'a, T>,
+}
+
+impl<T: Elem> Flash<'_, T> {
+    fn check(&self, q: &[T], k: &[T], v: &[T]) -> FlashShape {
+        assert!(
+            self.kv_heads > 0 && self.heads % self.kv_heads == 0,
+            "heads {} are not a multiple of kv_heads {}",
+            self.heads,
+            self.kv_heads
+        );
+        assert!(
+            (1..=FLASH_MAX_HEAD_DIM).contains(&self.d),
+            "head dim {} is outside 1..={}",
+            self.d,
+            FLASH_MAX_HEAD_DIM
+        );
+        check(
+            "q (N·H·L·d)",
+            q.len(),
+            self.n * self.heads * self.l * self.d,
+        );
+        check(
+            "k (N·KV·S·d)",
+            k.len(),
+            self.n * self.kv_heads * self.s * self.d,
+        );
+        check("v", v.len(), k.len());
+        if let Some(pad) = self.mask.pad {
+            check("pad (N × S)", pad.len(), self.n * self.s);
+        }
+        FlashShape {
+            heads: i32_of("heads", self.heads),
+            kv_heads: i32_of("kv_heads", self.kv_heads),
+            l: i32_of("l", self.l),
+            s: i32_of("s", self.s),
+            d: i32_of("d", self.d),
+            past: i32_of("past", self.mask.past),
+            causal: i32::from(self.mask.causal),
+            scale: self.scale,
+            mask_value: self.mask.mask_value,
+            has_pad: i32::from(self.mask.pad.is_some()),
+        }
+    }
+
+    fn pad_ptr(&self, fallback: &[T]) -> Ptr {
+        self.mask.pad.map_or(Ptr::of(fallback), Ptr::of)
+    }
+}
+
+/// `FA_MAX_D` of attention.cu (`atomrl_core::launch_dims::FLASH_MAX_HEAD_DIM`).
+const FLASH_MAX_HEAD_DIM: usize = 128;
+
+fn check_block(l: Launch, threads: u32, what: &str) {
+    assert!(
+        l.block == (threads, 1, 1),
+        "{what}: a block of ({threads}, 1, 1) threads, got {:?}",
+        l.block
+    );
+}
+
+/// `atomrl_flash_first_key_*`: each batch row's first unpadded key (`s` when none; 0 without
+/// padding). One warp per row.
+pub fn flash_first_key<T: Elem>(l: Launch, pad: Option<&[T]>, first_key: &mut [i32], s: usize) {
+    check_block(l, 32, "flash_first_key");
+    let n = l.grid.0 as usize;
+    check("first_key (N)", first_key.len(), n);
+    let dummy = [0i32; 1];
+    let pp = match pad {
+        Some(p) => {
+            check("pad (N × S)", p.len(), n * s);
+            Ptr::of(p)
+        }
+        None => Ptr::of(&dummy),
+    };
+    let (pf, si, has) = (
+        Ptr::of_mut(first_key),
+        i32_of("s", s),
+        i32::from(pad.is_some()),
+    );
+    // SAFETY: block b reads row b of pad (when has_pad) and writes first_key[b].
+    launch(l, &|| unsafe {
+        (T::KERNELS.flash_first_key)(pp.get(), pf.get_mut(), si, has)
+    });
+}
+
+/// `atomrl_flash_fwd_*`: `o = softmax(scale · q·kᵀ + mask)·v` (`[N, H, L, d]`) and each row's max and
+/// log-sum `stats [N, H, L, 2]`, with the launch of `launch_dims::flash_fwd`.
+pub fn flash_fwd<T: Elem>(
+    l: Launch,
+    f: Flash<'_, T>,
+    (q, k, v): (&[T], &[T], &[T]),
+    first_key: &[i32],
+    o: &mut [T],
+    stats: &mut [f32],
+) {
+    check_block(l, 16 * 32, "flash_fwd");
+    let sc = f.check(q, k, v);
+    check("first_key (N)", first_key.len(), f.n);
+    check("o", o.len(), q.len());
+    check("stats (N·H·L·2)", stats.len(), 2 * f.n * f.heads * f.l);
+    assert!(
+        l.grid == (f.l.div_ceil(16).max(1) as u32, f.heads as u32, f.n as u32),
+        "flash_fwd grid {:?}",
+        l.grid
+    );
+    let (pq, pk, pv, pad, pf) = (
+        Ptr::of(q),
+        Ptr::of(k),
+        Ptr::of(v),
+        f.pad_ptr(q),
+        Ptr::of(first_key),
+    );
+    let (po, pl) = (Ptr::of_mut(o), Ptr::of_mut(stats));
+    // SAFETY: shapes checked above; each block writes its own query rows of o and stats.
+    launch(l, &|| unsafe {
+        (T::KERNELS.flash_fwd)(
+            pq.get(),
+            pk.get(),
+            pv.get(),
+            pad.get(),
+            pf.get(),
+            po.get_mut(),
+            pl.get_mut(),
+            sc,
+        )
+    });
+}
+
+/// `atomrl_flash_bwd_dq_*`: `dq [N, H, L, d]` and `delta = Σ dO·O [N, H, L]` from the forward's
+/// `o` and `stats` and the output gradient `dout`, with the launch of `launch_dims::flash_bwd_dq`.
+pub fn flash_bwd_dq<T: Elem>(
+    l: Launch,
+    f: Flash<'_, T>,
+    (q, k, v): (&[T], &[T], &[T]),
+    (o, dout, stats): (&[T], &[T], &[f32]),
+    first_key: &[i32],
+    dq: &mut [T],
+    delta: &mut [f32],
+) {
+    check_block(l, 8 * 32, "flash_bwd_dq");
+    let sc = f.check(q, k, v);
+    check("first_key (N)", first_key.len(), f.n);
+    check("o", o.len(), q.len());
+    check("dout", dout.len(), q.len());
+    check("stats (N·H·L·2)", stats.len(), 2 * f.n * f.heads * f.l);
+    check("dq", dq.len(), q.len());
+    check("delta (N·H·L)", delta.len(), f.n * f.heads * f.l);
+    assert!(
+        l.grid == (f.l.div_ceil(8).max(1) as u32, f.heads as u32, f.n as u32),
+        "flash_bwd_dq grid {:?}",
+        l.grid
+    );
+    let (pq, pk, pv, po, pdo, pl) = (
+        Ptr::of(q),
+        Ptr::of(k),
+        Ptr::of(v),
+        Ptr::of(o),
+        Ptr::of(dout),
+        Ptr::of(stats),
+    );
+    let (pad, pf, pdq, pd) = (
+        f.pad_ptr(q),
+        Ptr::of(first_key),
+        Ptr::of_mut(dq),
+        Ptr::of_mut(delta),
+    );
+    // SAFETY: shapes checked above; each block writes its own query rows of dq and delta.
+    launch(l, &|| unsafe {
+        (T::KERNELS.flash_bwd_dq)(
+            pq.get(),
+            pk.get(),
+            pv.get(),
+            po.get(),
+            pdo.get(),
+            pl.get(),
+            pad.get(),
+            pf.get(),
+            pdq.get_mut(),
+            pd.get_mut(),
+            sc,
+        )
+    });
+}
+
+/// `atomrl_flash_bwd_dkv_*`: `dk, dv [N, KV, S, d]` from `stats` and [`flash_bwd_dq`]'s `delta`,
+/// with the launch of `launch_dims::flash_bwd_dkv`.
+pub fn flash_bwd_dkv<T: Elem>(
+    l: Launch,
+    f: Flash<'_, T>,
+    (q, k, v): (&[T], &[T], &[T]),
+    (dout, stats, delta): (&[T], &[f32], &[f32]),
+    first_key: &[i32],
+    dk: &mut [T],
+    dv: &mut [T],
+) {
+    check_block(l, 8 * 32, "flash_bwd_dkv");
+    let sc = f.check(q, k, v);
+    check("first_key (N)", first_key.len(), f.n);
+    check("dout", dout.len(), q.len());
+    check("stats (N·H·L·2)", stats.len(), 2 * f.n * f.heads * f.l);
+    check("delta (N·H·L)", delta.len(), f.n * f.heads * f.l);
+    check("dk", dk.len(), k.len());
+    check("dv", dv.len(), k.len());
+    assert!(
+        l.grid == (f.s.div_ceil(8).max(1) as u32, f.kv_heads as u32, f.n as u32),
+        "flash_bwd_dkv grid {:?}",
+        l.grid
+    );
+    let (pq, pk, pv, pdo, pl, pd) = (
+        Ptr::of(q),
+        Ptr::of(k),
+        Ptr::of(v),
+        Ptr::of(dout),
+        Ptr::of(stats),
+        Ptr::of(delta),
+    );
+    let (pad, pf, pdk, pdv) = (
+        f.pad_ptr(q),
+        Ptr::of(first_key),
+        Ptr::of_mut(dk),
+        Ptr::of_mut(dv),
+    );
+    // SAFETY: shapes checked above; each block writes its own keys of dk and dv.
+    launch(l, &|| unsafe {
+        (T::KERNELS.flash_bwd_dkv)(
+            pq.get(),
+            pk.get(),
+            pv.get(),
+            pdo.get(),
+            pl.get(),
+            pd.get(),
+            pad.get(),
+            pf.get(),
+            pdk.get_mut(),
+            pdv.get_mut(),
+            sc,
+        )
     });
 }

@@ -36,7 +36,7 @@ mod ffi;
 pub mod kernels;
 mod launch;
 
-pub use ffi::PickState;
+pub use ffi::{FlashShape, PickState};
 pub use launch::Launch;
 
 /// An element type the generic kernels are built for (`_f32`, `_bf16` and `_f16` entry

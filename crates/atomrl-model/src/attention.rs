@@ -22,6 +22,11 @@
 //! softmax), so the CPU and CUDA run the same code; on a GPU each chunk is a handful of kernel
 //! launches, not one fused kernel. Below the budget (every shape the benches' defaults train)
 //! the plain form runs, unchanged.
+//!
+//! On CUDA, FlashAttention kernels (`crate::flash_attention`: one kernel forward, two backward,
+//! nothing of `[L, S]` in memory) take an attention past the budget instead with
+//! `ATOMRL_FLASH_ATTENTION=long`, and every attention with `1` ([`crate::FlashPolicy`]; opt-in
+//! until a GPU has timed them).
 
 use std::sync::Mutex;
 
@@ -76,6 +81,23 @@ pub(crate) fn grouped_attention(
         .reshape((n, h, l, d))
 }
 
+/// [`attend`] as FlashAttention wherever its kernels can run it (CUDA,
+/// `crate::flash_attention::usable`), whatever [`crate::FlashPolicy`] says; elsewhere the
+/// unchunked form with the fused softmax. The device check's `flash-attention` row.
+pub(crate) fn attend_flash(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f64,
+    mask: &KeyMask,
+) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if crate::flash_attention::usable(q, k, mask) {
+        return crate::flash_attention::flash_attention(q, k, v, scale, mask);
+    }
+    grouped_attention(q, k, v, |x| attention_softmax(x, scale, mask))
+}
+
 /// Query rows per chunk so that a chunk's scores `[N, H, rows, S]` hold at most `budget`
 /// elements (at least one row).
 fn query_chunk(n: usize, h: usize, s: usize, budget: usize) -> usize {
@@ -111,6 +133,18 @@ fn attend_with(
     let (n, h, l, _) = q.dims4()?;
     let s = k.dim(2)?;
     let chunk = query_chunk(n, h, s, budget);
+    #[cfg(feature = "cuda")]
+    if crate::flash_attention::usable(q, k, mask) {
+        use crate::flash_attention::FlashPolicy;
+        let flash = match FlashPolicy::current() {
+            FlashPolicy::Always => true,
+            FlashPolicy::PastBudget => chunk < l,
+            FlashPolicy::Off => false,
+        };
+        if flash {
+            return crate::flash_attention::flash_attention(q, k, v, scale, mask);
+        }
+    }
     if chunk >= l {
         return grouped_attention(q, k, v, |x| attention_softmax(x, scale, mask));
     }

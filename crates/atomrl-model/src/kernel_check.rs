@@ -10,6 +10,9 @@ use candle_core::{DType, Device, Result, Tensor, Var, D};
 use crate::kernels::{self, KeyMask};
 use crate::ops;
 
+/// The mask value of the checks' masks (see [`masks`]).
+const MASK_VALUE: f32 = -1_073_741_824.0;
+
 /// A kernel's output and its inputs' gradients, by name (`out`, `d/x`, ...).
 pub type KernelOutputs = Vec<(String, Tensor)>;
 
@@ -56,7 +59,7 @@ fn pick(fused: bool, t: &Tensor) -> bool {
 }
 
 /// The kernel names [`run`] takes.
-pub const KERNELS: [&str; 8] = [
+pub const KERNELS: [&str; 9] = [
     "rms-norm",
     "swiglu",
     "rope",
@@ -65,6 +68,7 @@ pub const KERNELS: [&str; 8] = [
     "add-rms-norm",
     "swiglu-packed",
     "chunked-attention",
+    "flash-attention",
 ];
 
 /// Runs kernel `name` (one of [`KERNELS`]) on `device` in `dtype`, fused when `fused` (and
@@ -76,7 +80,10 @@ pub const KERNELS: [&str; 8] = [
 /// causal, with the second row's first two keys padded. Attention in chunks of queries
 /// (`crate::attention`, against the unchunked tensor-op form): `q [2, 4, 6, 8]` after 2 cached
 /// positions over `k, v [2, 2, 8, 8]`, the second row's first three keys padded (so its first
-/// query sees only padding), two queries a chunk. The decode step's forward-only
+/// query sees only padding), two queries a chunk. FlashAttention (CUDA; elsewhere the fused
+/// unchunked form), against the tensor-op form: `q [2, 4, 37, 16]` after 5 cached positions
+/// over `k, v [2, 2, 42, 16]`, the second row's first 9 keys padded (its first 4 queries see
+/// only padding): several tiles of queries and keys. The decode step's forward-only
 /// kernels give no gradients: the residual add with RMSNorm `x`, `r [15, 96]` (outputs `sum`
 /// and `out`), SwiGLU of a merged gate/up `[15, 160]`.
 ///
@@ -126,6 +133,7 @@ pub fn run(name: &str, device: &Device, dtype: DType, fused: bool) -> Result<Ker
         }
         "attention-softmax" => attention(device, dtype, fused),
         "chunked-attention" => chunked_attention(device, dtype, fused),
+        "flash-attention" => flash_attention(device, dtype, fused),
         "add-rms-norm" => {
             let x = input(&[15, 96], 8, dtype, device)?.as_tensor().detach();
             let r = input(&[15, 96], 9, dtype, device)?.as_tensor().detach();
@@ -158,7 +166,8 @@ pub fn run(name: &str, device: &Device, dtype: DType, fused: bool) -> Result<Ker
 
 /// Runs every kernel on `device` in f32, fused and in its tensor-op form, and checks that
 /// each output and gradient agrees to 1e-4 (relative L2 norm) and is finite: the self-check
-/// the CUDA kernels pass before a process uses them on a GPU.
+/// the CUDA kernels pass before a process uses them on a GPU (FlashAttention only where
+/// `ATOMRL_FLASH_ATTENTION` turns it on).
 ///
 /// # Errors
 /// The first disagreement, naming the kernel and the tensor, or a tensor failure.
@@ -169,6 +178,11 @@ pub fn run(name: &str, device: &Device, dtype: DType, fused: bool) -> Result<Ker
 /// ```
 pub fn self_check(device: &Device) -> std::result::Result<(), String> {
     for k in KERNELS {
+        // An opt-in kernel is checked only where it is opted into, so that it cannot turn the
+        // default kernels off.
+        if k == "flash-attention" && crate::FlashPolicy::current() == crate::FlashPolicy::Off {
+            continue;
+        }
         let fused = run(k, device, DType::F32, true).map_err(|e| format!("{k}: {e}"))?;
         let plain = run(k, device, DType::F32, false).map_err(|e| format!("{k}: {e}"))?;
         for ((name, a), (_, b)) in fused.iter().zip(&plain) {
@@ -216,7 +230,11 @@ fn masks(
 ) -> Result<(KeyMask, Tensor, Tensor)> {
     let s = past + l;
     let n = pad.len() / s;
-    let neg = crate::MASK_VALUE as f32;
+    // −2³⁰ rather than the model's −1e9: exact in bf16, so a query that sees only padding
+    // spreads over the same keys whether the pad bias is a bf16 tensor (the device's bf16 rows)
+    // or added in f32 (the CPU's f32 reference). With −1e9 the bf16 pad bias rounds to
+    // −998,244,352, above the causal bias, and such a query spreads over its padded keys only.
+    let neg = MASK_VALUE;
     let pad_bias: Vec<f32> = pad.iter().map(|&p| if p { neg } else { 0.0 }).collect();
     let pad_bias = Tensor::from_vec(pad_bias, (n, 1, 1, s), &Device::Cpu)?
         .to_dtype(dtype)?
@@ -234,7 +252,7 @@ fn masks(
         causal: true,
         past,
         pad: Some(Arc::new(pad)),
-        mask_value: crate::MASK_VALUE,
+        mask_value: f64::from(MASK_VALUE),
         pad_bias: Some(pad_bias.clone()),
     };
     Ok((mask, causal, pad_bias))
@@ -294,6 +312,27 @@ fn chunked_attention(device: &Device, dtype: DType, fused: bool) -> Result<Kerne
     let (qt, kt, vt) = (q.as_tensor(), k.as_tensor(), v.as_tensor());
     let out = if pick(fused, qt) {
         crate::attention::attend(qt, kt, vt, scale, &mask, n * h * s * 2)?
+    } else {
+        let (k, v) = (ops::repeat_kv(kt, h / kv)?, ops::repeat_kv(vt, h / kv)?);
+        let scores = qt.matmul(&k.t()?)?;
+        probs_ops(&scores, scale, &causal, &pad)?.matmul(&v)?
+    };
+    outputs(out, &[("q", &q), ("k", &k), ("v", &v)])
+}
+
+/// The flash-attention case of [`run`].
+fn flash_attention(device: &Device, dtype: DType, fused: bool) -> Result<KernelOutputs> {
+    let (n, h, kv, l, past, d) = (2, 4, 2, 37, 5, 16);
+    let s = past + l;
+    let q = input(&[n, h, l, d], 15, dtype, device)?;
+    let k = input(&[n, kv, s, d], 16, dtype, device)?;
+    let v = input(&[n, kv, s, d], 17, dtype, device)?;
+    let pad: Vec<bool> = (0..n * s).map(|i| i / s == 1 && i % s < 9).collect();
+    let (mask, causal, pad) = masks(l, past, pad, dtype, device)?;
+    let scale = 0.25;
+    let (qt, kt, vt) = (q.as_tensor(), k.as_tensor(), v.as_tensor());
+    let out = if pick(fused, qt) {
+        crate::attention::attend_flash(qt, kt, vt, scale, &mask)?
     } else {
         let (k, v) = (ops::repeat_kv(kt, h / kv)?, ops::repeat_kv(vt, h / kv)?);
         let scores = qt.matmul(&k.t()?)?;
