@@ -8,7 +8,7 @@
 //! budget, where the tensor-op form runs in chunks of queries (`crate::attention`). Opt-in,
 //! because these kernels compute in f32 on CUDA cores, where the tensor-op form's matmuls run on
 //! bf16 tensor cores: from the shared-memory traffic of its tiles, the forward at 8 × 2,112
-//! tokens of the Qwen2.5-0.5B shape should take ~4 ms a layer on an H200, where cuBLAS does
+//! tokens of the Qwen2.5-0.5B shape should take ~4–8 ms a layer on an H200, where cuBLAS does
 //! the same 64 GFLOP in well under 1 ms. So it saves launches and memory but is expected to
 //! lose on time until it has a tensor-core inner loop; `xtask/gpu-run.sh` (steps `flash` and
 //! `long`) measures both, and the default follows the measurement (docs/cuda.md).
