@@ -134,14 +134,15 @@ fn attend_with(
     let s = k.dim(2)?;
     let chunk = query_chunk(n, h, s, budget);
     #[cfg(feature = "cuda")]
-    if crate::flash_attention::usable(q, k, mask) {
+    {
         use crate::flash_attention::FlashPolicy;
-        let flash = match FlashPolicy::current() {
+        // The policy first: it is off by default, and `usable` asks the device's state.
+        let wanted = match FlashPolicy::current() {
             FlashPolicy::Always => true,
             FlashPolicy::PastBudget => chunk < l,
             FlashPolicy::Off => false,
         };
-        if flash {
+        if wanted && crate::flash_attention::usable(q, k, mask) {
             return crate::flash_attention::flash_attention(q, k, v, scale, mask);
         }
     }

@@ -299,40 +299,55 @@ fn attention(device: &Device, dtype: DType, fused: bool) -> Result<KernelOutputs
     outputs(out, &[("scores", &scores)])
 }
 
-/// The chunked-attention case of [`run`].
+/// The chunked-attention case of [`run`]: two queries a chunk.
 fn chunked_attention(device: &Device, dtype: DType, fused: bool) -> Result<KernelOutputs> {
-    let (n, h, kv, l, past, d) = (2, 4, 2, 6, 2, 8);
-    let s = past + l;
-    let q = input(&[n, h, l, d], 12, dtype, device)?;
-    let k = input(&[n, kv, s, d], 13, dtype, device)?;
-    let v = input(&[n, kv, s, d], 14, dtype, device)?;
-    let pad: Vec<bool> = (0..n * s).map(|i| i / s == 1 && i % s < 3).collect();
-    let (mask, causal, pad) = masks(l, past, pad, dtype, device)?;
-    let scale = 0.3;
-    let (qt, kt, vt) = (q.as_tensor(), k.as_tensor(), v.as_tensor());
-    let out = if pick(fused, qt) {
-        crate::attention::attend(qt, kt, vt, scale, &mask, n * h * s * 2)?
-    } else {
-        let (k, v) = (ops::repeat_kv(kt, h / kv)?, ops::repeat_kv(vt, h / kv)?);
-        let scores = qt.matmul(&k.t()?)?;
-        probs_ops(&scores, scale, &causal, &pad)?.matmul(&v)?
-    };
-    outputs(out, &[("q", &q), ("k", &k), ("v", &v)])
+    let budget = 2 * 4 * 8 * 2;
+    attention_case(
+        device,
+        dtype,
+        fused,
+        (6, 2, 8, 3),
+        12,
+        0.3,
+        |q, k, v, scale, mask| crate::attention::attend(q, k, v, scale, mask, budget),
+    )
 }
 
 /// The flash-attention case of [`run`].
 fn flash_attention(device: &Device, dtype: DType, fused: bool) -> Result<KernelOutputs> {
-    let (n, h, kv, l, past, d) = (2, 4, 2, 37, 5, 16);
+    attention_case(
+        device,
+        dtype,
+        fused,
+        (37, 5, 16, 9),
+        15,
+        0.25,
+        crate::attention::attend_flash,
+    )
+}
+
+/// An attention case of [`run`]: `q [2, 4, l, d]` after `past` cached positions over
+/// `k, v [2, 2, past + l, d]` (inputs seeded from `seed`), causal, the second row's first
+/// `padded` keys padded; `fused_form` when fused, else the tensor-op form.
+fn attention_case(
+    device: &Device,
+    dtype: DType,
+    fused: bool,
+    (l, past, d, padded): (usize, usize, usize, usize),
+    seed: u64,
+    scale: f64,
+    fused_form: impl Fn(&Tensor, &Tensor, &Tensor, f64, &KeyMask) -> Result<Tensor>,
+) -> Result<KernelOutputs> {
+    let (n, h, kv) = (2, 4, 2);
     let s = past + l;
-    let q = input(&[n, h, l, d], 15, dtype, device)?;
-    let k = input(&[n, kv, s, d], 16, dtype, device)?;
-    let v = input(&[n, kv, s, d], 17, dtype, device)?;
-    let pad: Vec<bool> = (0..n * s).map(|i| i / s == 1 && i % s < 9).collect();
+    let q = input(&[n, h, l, d], seed, dtype, device)?;
+    let k = input(&[n, kv, s, d], seed + 1, dtype, device)?;
+    let v = input(&[n, kv, s, d], seed + 2, dtype, device)?;
+    let pad: Vec<bool> = (0..n * s).map(|i| i / s == 1 && i % s < padded).collect();
     let (mask, causal, pad) = masks(l, past, pad, dtype, device)?;
-    let scale = 0.25;
     let (qt, kt, vt) = (q.as_tensor(), k.as_tensor(), v.as_tensor());
     let out = if pick(fused, qt) {
-        crate::attention::attend_flash(qt, kt, vt, scale, &mask)?
+        fused_form(qt, kt, vt, scale, &mask)?
     } else {
         let (k, v) = (ops::repeat_kv(kt, h / kv)?, ops::repeat_kv(vt, h / kv)?);
         let scores = qt.matmul(&k.t()?)?;
