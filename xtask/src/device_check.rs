@@ -27,8 +27,9 @@
 //!   draw of the next tokens (`atomrl_sample::kernel_check`), in f32 and bf16, against the
 //!   CPU's f32 fused kernel and against the tensor-op form on the same device;
 //! - the optimizer's in-place kernels (gradient accumulation, global-norm clipping, AdamW:
-//!   `atomrl-optim`'s CUDA kernels on a GPU) after two updates, against the CPU and against
-//!   the tensor-op forms on the same device (`ATOMRL_CUDA_FUSED=0`).
+//!   `atomrl-optim`'s CUDA kernels on a GPU, the multi-tensor launches over every parameter
+//!   among them) after two updates, against the CPU and against the tensor-op forms on the
+//!   same device (`ATOMRL_CUDA_FUSED=0`).
 //!
 //! Then a few GRPO steps of the embedded model run on the device, in f32 and in bf16 with LoRA
 //! and gradient checkpointing, and must not skip a step.

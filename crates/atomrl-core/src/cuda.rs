@@ -5,8 +5,9 @@
 //! `CudaDevice::get_or_load_custom_func`. Whether they are used at all is
 //! [`crate::device::cuda_fused_kernels`] (`ATOMRL_CUDA_FUSED=0` turns them off).
 
-/// `cuda/optim.cu`: `atomrl_add_assign_f32`, `atomrl_scale_f32`, `atomrl_adamw_f32`,
-/// `atomrl_sq_norm_part_f32`.
+/// `cuda/optim.cu`: `atomrl_add_assign_f32`, `atomrl_scale_f32`, `atomrl_sq_norm_part_f32`, and
+/// the multi-tensor launches over a table of tensors `atomrl_adamw_multi_f32`,
+/// `atomrl_sq_norm_multi_f32` and `atomrl_add_assign_multi_f32`.
 pub const OPTIM_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/optim.ptx"));
 
 /// `cuda/model.cu`: RMSNorm, SwiGLU, RoPE and attention-softmax forward and backward kernels,

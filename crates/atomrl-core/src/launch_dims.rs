@@ -39,6 +39,21 @@ pub fn sq_norm(n: usize) -> Dims {
     ([n.div_ceil(2048).clamp(1, 512) as u32, 1, 1], [256, 1, 1])
 }
 
+/// A multi-tensor launch over tensors of `lens` elements (`atomrl_adamw_multi_f32`,
+/// `atomrl_sq_norm_multi_f32`): each tensor gets the blocks [`sq_norm`] would give it alone, in
+/// one grid of their sum. Returns the launch and each tensor's block count.
+///
+/// ```
+/// let (dims, blocks) = atomrl_core::launch_dims::multi_tensor(&[10_000, 3, 4_000_000]);
+/// assert_eq!(blocks, vec![5, 1, 512]);
+/// assert_eq!(dims, ([518, 1, 1], [256, 1, 1]));
+/// ```
+pub fn multi_tensor(lens: &[usize]) -> (Dims, Vec<usize>) {
+    let blocks: Vec<usize> = lens.iter().map(|&n| sq_norm(n).0[0] as usize).collect();
+    let total: usize = blocks.iter().sum();
+    (([total.max(1) as u32, 1, 1], [256, 1, 1]), blocks)
+}
+
 /// The RMSNorm weight-gradient launch (`atomrl_rms_norm_dw_part_*`): blocks of 256 threads
 /// across the `h` columns, one grid row per chunk of rows.
 ///

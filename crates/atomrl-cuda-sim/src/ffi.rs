@@ -336,24 +336,41 @@ dtype_kernels!(f16_kernels, F16, "f16");
 extern "C" {
     pub(crate) fn atomrl_add_assign_f32(a: *mut f32, b: *const f32, n: usize);
     pub(crate) fn atomrl_scale_f32(a: *mut f32, s: f32, n: usize);
-    pub(crate) fn atomrl_adamw_f32(
-        theta: *mut f32,
-        m: *mut f32,
-        v: *mut f32,
-        g: *const f32,
-        grad_scale: f32,
-        has_scale: i32,
-        beta1: f32,
-        one_minus_beta1: f32,
-        beta2: f32,
-        one_minus_beta2: f32,
-        inv1: f32,
-        inv2: f32,
-        eps: f32,
-        lr: f32,
-        decay: f32,
-        has_decay: i32,
-        n: usize,
-    );
     pub(crate) fn atomrl_sq_norm_part_f32(a: *const f32, part: *mut f32, n: usize);
+    pub(crate) fn atomrl_adamw_multi_f32(table: *const MultiTensorEntry, count: i32, s: AdamWArgs);
+    pub(crate) fn atomrl_add_assign_multi_f32(table: *const MultiTensorEntry, count: i32);
+    pub(crate) fn atomrl_sq_norm_multi_f32(
+        table: *const MultiTensorEntry,
+        count: i32,
+        part: *mut f32,
+    );
+}
+
+/// optim.cu's `MultiTensorEntry`: one tensor of a multi-tensor launch, its buffers as
+/// addresses.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MultiTensorEntry {
+    pub buf: [u64; 4],
+    pub n: u64,
+    pub first_block: u64,
+    pub blocks: u64,
+}
+
+/// optim.cu's `AdamWArgs`: the scalars of one AdamW step.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AdamWArgs {
+    pub grad_scale: f32,
+    pub has_scale: i32,
+    pub beta1: f32,
+    pub one_minus_beta1: f32,
+    pub beta2: f32,
+    pub one_minus_beta2: f32,
+    pub inv1: f32,
+    pub inv2: f32,
+    pub eps: f32,
+    pub lr: f32,
+    pub decay: f32,
+    pub has_decay: i32,
 }

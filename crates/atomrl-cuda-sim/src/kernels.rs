@@ -68,52 +68,6 @@ pub struct AdamWScalars {
     pub decay: Option<f32>,
 }
 
-/// `atomrl_adamw_f32`: AdamW's update of `theta`, `m` and `v` from `g`, in place.
-pub fn adamw_f32(
-    l: Launch,
-    theta: &mut [f32],
-    m: &mut [f32],
-    v: &mut [f32],
-    g: &[f32],
-    s: &AdamWScalars,
-) {
-    let n = theta.len();
-    check("m", m.len(), n);
-    check("v", v.len(), n);
-    check("g", g.len(), n);
-    let (pt, pm, pv, pg) = (
-        Ptr::of_mut(theta),
-        Ptr::of_mut(m),
-        Ptr::of_mut(v),
-        Ptr::of(g),
-    );
-    let s = *s;
-    launch(l, &|| {
-        // SAFETY: four distinct buffers of `n` elements (checked).
-        unsafe {
-            ffi::atomrl_adamw_f32(
-                pt.get_mut(),
-                pm.get_mut(),
-                pv.get_mut(),
-                pg.get(),
-                s.grad_scale.unwrap_or(1.0),
-                i32::from(s.grad_scale.is_some()),
-                s.beta1,
-                s.one_minus_beta1,
-                s.beta2,
-                s.one_minus_beta2,
-                s.inv1,
-                s.inv2,
-                s.eps,
-                s.lr,
-                s.decay.unwrap_or(1.0),
-                i32::from(s.decay.is_some()),
-                n,
-            )
-        }
-    });
-}
-
 /// `atomrl_sq_norm_part_f32`: `part[b]` = Σ a² over the elements block `b` strides over; one
 /// partial sum per block of the grid.
 pub fn sq_norm_part_f32(l: Launch, a: &[f32], part: &mut [f32]) {
@@ -123,6 +77,164 @@ pub fn sq_norm_part_f32(l: Launch, a: &[f32], part: &mut [f32]) {
     // SAFETY: reads `a[0..n]`, writes `part[blockIdx.x]` for each of the grid's blocks.
     launch(l, &|| unsafe {
         ffi::atomrl_sq_norm_part_f32(pa.get(), pp.get_mut(), n)
+    });
+}
+
+/// One parameter of [`adamw_multi_f32`]: its values, both moments and its gradient, of one
+/// length.
+#[derive(Debug)]
+pub struct AdamWTensors<'a> {
+    /// The parameter.
+    pub theta: &'a mut [f32],
+    /// The first moment.
+    pub m: &'a mut [f32],
+    /// The second moment.
+    pub v: &'a mut [f32],
+    /// The gradient.
+    pub g: &'a [f32],
+}
+
+impl AdamWScalars {
+    fn args(&self) -> ffi::AdamWArgs {
+        ffi::AdamWArgs {
+            grad_scale: self.grad_scale.unwrap_or(1.0),
+            has_scale: i32::from(self.grad_scale.is_some()),
+            beta1: self.beta1,
+            one_minus_beta1: self.one_minus_beta1,
+            beta2: self.beta2,
+            one_minus_beta2: self.one_minus_beta2,
+            inv1: self.inv1,
+            inv2: self.inv2,
+            eps: self.eps,
+            lr: self.lr,
+            decay: self.decay.unwrap_or(1.0),
+            has_decay: i32::from(self.decay.is_some()),
+        }
+    }
+}
+
+/// The table of a multi-tensor launch: tensor `i` owns `blocks[i]` consecutive blocks of the
+/// grid, which must be their sum.
+fn multi_tensor_table(
+    l: Launch,
+    blocks: &[usize],
+    tensors: impl Iterator<Item = ([u64; 4], usize)>,
+) -> Vec<ffi::MultiTensorEntry> {
+    assert!(
+        l.grid.1 == 1 && l.grid.2 == 1,
+        "a multi-tensor grid is one-dimensional, got {:?}",
+        l.grid
+    );
+    let total: usize = blocks.iter().sum();
+    check("grid (Σ blocks)", l.grid.0 as usize, total);
+    let mut first = 0;
+    let table: Vec<_> = tensors
+        .zip(blocks)
+        .map(|((buf, n), &b)| {
+            assert!(b > 0, "every tensor of a multi-tensor launch needs a block");
+            let e = ffi::MultiTensorEntry {
+                buf,
+                n: n as u64,
+                first_block: first as u64,
+                blocks: b as u64,
+            };
+            first += b;
+            e
+        })
+        .collect();
+    check("blocks (one per tensor)", blocks.len(), table.len());
+    assert!(!table.is_empty(), "a multi-tensor launch needs a tensor");
+    table
+}
+
+/// `atomrl_adamw_multi_f32`: AdamW's update of every parameter of `tensors` in place (`theta`,
+/// `m` and `v` from `g`) in one launch, parameter `i` over `blocks[i]` blocks of the grid
+/// (whose size is their sum).
+pub fn adamw_multi_f32(
+    l: Launch,
+    blocks: &[usize],
+    tensors: &mut [AdamWTensors<'_>],
+    s: &AdamWScalars,
+) {
+    for (i, t) in tensors.iter().enumerate() {
+        let n = t.theta.len();
+        check(&format!("m of tensor {i}"), t.m.len(), n);
+        check(&format!("v of tensor {i}"), t.v.len(), n);
+        check(&format!("g of tensor {i}"), t.g.len(), n);
+    }
+    let addr = |p: *const f32| p as usize as u64;
+    let table = multi_tensor_table(
+        l,
+        blocks,
+        tensors.iter_mut().map(|t| {
+            (
+                [
+                    addr(t.theta.as_mut_ptr()),
+                    addr(t.m.as_mut_ptr()),
+                    addr(t.v.as_mut_ptr()),
+                    addr(t.g.as_ptr()),
+                ],
+                t.theta.len(),
+            )
+        }),
+    );
+    let (pt, count, args) = (Ptr::of(&table), i32_of("tensors", table.len()), s.args());
+    // SAFETY: each entry names four distinct buffers of its `n` elements (checked), which the
+    // entry's blocks alone touch; the table outlives the launch.
+    launch(l, &|| unsafe {
+        ffi::atomrl_adamw_multi_f32(pt.get(), count, args)
+    });
+}
+
+/// `atomrl_add_assign_multi_f32`: [`add_assign_f32`] on every `(a, b)` of `pairs` in one launch,
+/// pair `i` over `blocks[i]` blocks.
+pub fn add_assign_multi_f32(l: Launch, blocks: &[usize], pairs: &mut [(&mut [f32], &[f32])]) {
+    for (i, (a, b)) in pairs.iter().enumerate() {
+        check(&format!("b of pair {i}"), b.len(), a.len());
+    }
+    let table = multi_tensor_table(
+        l,
+        blocks,
+        pairs.iter_mut().map(|(a, b)| {
+            (
+                [
+                    a.as_mut_ptr() as usize as u64,
+                    b.as_ptr() as usize as u64,
+                    0,
+                    0,
+                ],
+                a.len(),
+            )
+        }),
+    );
+    let (pt, count) = (Ptr::of(&table), i32_of("tensors", table.len()));
+    // SAFETY: each entry names two buffers of its `n` elements (checked), which the entry's
+    // blocks alone touch; the table outlives the launch.
+    launch(l, &|| unsafe {
+        ffi::atomrl_add_assign_multi_f32(pt.get(), count)
+    });
+}
+
+/// `atomrl_sq_norm_multi_f32`: [`sq_norm_part_f32`] on every tensor of `tensors` in one launch,
+/// tensor `i` over `blocks[i]` blocks; `part` gets one partial sum per block of the grid.
+pub fn sq_norm_multi_f32(l: Launch, blocks: &[usize], tensors: &[&[f32]], part: &mut [f32]) {
+    check_row_block(l);
+    check("part (one per block)", part.len(), l.grid.0 as usize);
+    let table = multi_tensor_table(
+        l,
+        blocks,
+        tensors
+            .iter()
+            .map(|t| ([t.as_ptr() as usize as u64, 0, 0, 0], t.len())),
+    );
+    let (pt, count, pp) = (
+        Ptr::of(&table),
+        i32_of("tensors", table.len()),
+        Ptr::of_mut(part),
+    );
+    // SAFETY: the entries' buffers hold their `n` elements; one partial per block is written.
+    launch(l, &|| unsafe {
+        ffi::atomrl_sq_norm_multi_f32(pt.get(), count, pp.get_mut())
     });
 }
 

@@ -148,6 +148,9 @@ impl AdamW {
         let bias1 = 1.0 - c.beta1.powi(t);
         let bias2 = 1.0 - c.beta2.powi(t);
         let scalars = UpdateScalars::new(&c, lr, bias1, bias2, grad_scale);
+        // The parameters the in-place kernel updates, gathered so that a GPU updates them all
+        // in one launch.
+        let mut in_place: Vec<(usize, Tensor)> = Vec::new();
         for (i, (name, var)) in self.params.iter().enumerate() {
             let Some(g) = grad(name) else { continue };
             if g.dims() != var.as_tensor().dims() {
@@ -161,9 +164,7 @@ impl AdamW {
             let g = g.to_dtype(DType::F32).ctx(FUNC)?;
             let theta = var.as_tensor();
             if self.in_place && crate::inplace::applies(&[theta, &g, &self.m[i], &self.v[i]]) {
-                let g = g.contiguous().ctx(FUNC)?;
-                crate::adamw_kernel::update(theta, &self.m[i], &self.v[i], &g, scalars)
-                    .ctx(FUNC)?;
+                in_place.push((i, g.contiguous().ctx(FUNC)?));
                 continue;
             }
             let g = match grad_scale {
@@ -189,7 +190,11 @@ impl AdamW {
             self.m[i] = m;
             self.v[i] = v;
         }
-        Ok(())
+        let groups: Vec<crate::adamw_kernel::Group<'_>> = in_place
+            .iter()
+            .map(|(i, g)| [self.params[*i].1.as_tensor(), &self.m[*i], &self.v[*i], g])
+            .collect();
+        crate::adamw_kernel::update_all(&groups, scalars).ctx(FUNC)
     }
 
     /// Saves the moments (`m.NAME`, `v.NAME`) and the step count to a safetensors file.

@@ -88,12 +88,31 @@ impl UpdateScalars {
     }
 }
 
-/// Updates `theta`, its moments `m` and `v` in place from the gradient `g` (four contiguous
-/// f32 tensors of one length, on one device, `m` and `v` distinct from each other and from
-/// `theta` and `g`).
+/// One parameter's `[θ, m, v, g]` for [`update_all`].
+pub(crate) type Group<'a> = [&'a Tensor; 4];
+
+/// [`update`] of every group of `params`, all on one device: on CUDA in one multi-tensor
+/// launch (`atomrl_adamw_multi_f32`) rather than one launch per parameter.
 ///
 /// # Errors
-/// Tensors of other dtypes, layouts or lengths; a device without the kernel.
+/// As [`update`]; tensors on two devices.
+pub(crate) fn update_all(params: &[Group<'_>], scalars: UpdateScalars) -> Result<()> {
+    #[cfg(feature = "cuda")]
+    if params.first().is_some_and(|p| p[0].device().is_cuda()) {
+        return crate::cuda::adamw_multi(params, &scalars);
+    }
+    for [theta, m, v, g] in params {
+        update(theta, m, v, g, scalars)?;
+    }
+    Ok(())
+}
+
+/// Updates `theta`, its moments `m` and `v` in place from the gradient `g` (four contiguous
+/// f32 CPU tensors of one length, `m` and `v` distinct from each other and from `theta` and
+/// `g`; CUDA tensors go through [`update_all`]).
+///
+/// # Errors
+/// Tensors of other dtypes, layouts, lengths or devices.
 pub(crate) fn update(
     theta: &Tensor,
     m: &Tensor,
@@ -153,16 +172,6 @@ impl InplaceOp1 for WithFirstMoment<'_> {
             scalars: self.scalars,
         })
     }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(&self, s: &mut candle_core::CudaStorage, l: &Layout) -> Result<()> {
-        self.v.inplace_op1(&WithMoments {
-            m: Cell::new(Some((s, l))),
-            theta: self.theta,
-            g: self.g,
-            scalars: self.scalars,
-        })
-    }
 }
 
 impl InplaceOp1 for WithMoments<'_, &mut [f32]> {
@@ -210,61 +219,5 @@ impl InplaceOp2 for ParamAndMoments<&mut [f32]> {
         let k = self.scalars;
         crate::cpu_loops::zip4_mut3(theta, m, v, g, |t, m, v, g| k.apply(t, m, v, g));
         Ok(())
-    }
-}
-
-#[cfg(feature = "cuda")]
-mod cuda_levels {
-    use super::*;
-    use candle_core::CudaStorage;
-
-    type Held<'s> = (&'s mut CudaStorage, &'s Layout);
-
-    impl<'s> InplaceOp1 for WithMoments<'_, Held<'s>> {
-        fn name(&self) -> &'static str {
-            "atomrl-adamw"
-        }
-
-        fn cpu_fwd(&self, _: &mut CpuStorage, _: &Layout) -> Result<()> {
-            candle_core::bail!("atomrl-adamw: the first moment is on CUDA, the second is not")
-        }
-
-        fn cuda_fwd(&self, s: &mut CudaStorage, l: &Layout) -> Result<()> {
-            let m = take(&self.m)?;
-            self.theta.inplace_op2(
-                self.g,
-                &ParamAndMoments {
-                    moments: Cell::new(Some((m, (s, l)))),
-                    scalars: self.scalars,
-                },
-            )
-        }
-    }
-
-    impl<'s> InplaceOp2 for ParamAndMoments<Held<'s>> {
-        fn name(&self) -> &'static str {
-            "atomrl-adamw"
-        }
-
-        fn cpu_fwd(
-            &self,
-            _: &mut CpuStorage,
-            _: &Layout,
-            _: &CpuStorage,
-            _: &Layout,
-        ) -> Result<()> {
-            candle_core::bail!("atomrl-adamw: the moments are on CUDA, the parameter is not")
-        }
-
-        fn cuda_fwd(
-            &self,
-            s1: &mut CudaStorage,
-            l1: &Layout,
-            s2: &CudaStorage,
-            l2: &Layout,
-        ) -> Result<()> {
-            let ((m, lm), (v, lv)) = take(&self.moments)?;
-            crate::cuda::adamw((s1, l1), (m, lm), (v, lv), (s2, l2), &self.scalars)
-        }
     }
 }

@@ -5,7 +5,8 @@
 
 use atomrl_core::cuda::{contiguous_range as range, elementwise_launch as config};
 use candle_core::backend::BackendStorage;
-use candle_core::{CudaStorage, Layout, Result};
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, LaunchConfig};
+use candle_core::{CudaDevice, CudaStorage, Layout, Result, Tensor};
 
 /// The kernels' PTX.
 const PTX: &str = atomrl_core::cuda::OPTIM_PTX;
@@ -54,100 +55,216 @@ pub(crate) fn scale(a: &mut CudaStorage, la: &Layout, s: f32) -> Result<()> {
     Ok(())
 }
 
-/// A CUDA storage and its layout.
-pub(crate) type Part<'a> = (&'a CudaStorage, &'a Layout);
-/// A CUDA storage to write and its layout.
-pub(crate) type PartMut<'a> = (&'a mut CudaStorage, &'a Layout);
+/// optim.cu's `AdamWArgs`: the scalars of one AdamW step, passed by value.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct AdamWArgs {
+    grad_scale: f32,
+    has_scale: i32,
+    beta1: f32,
+    one_minus_beta1: f32,
+    beta2: f32,
+    one_minus_beta2: f32,
+    inv1: f32,
+    inv2: f32,
+    eps: f32,
+    lr: f32,
+    decay: f32,
+    has_decay: i32,
+}
 
-/// AdamW's update in place, both moments and the parameter in one kernel (see
-/// `adamw_kernel::UpdateScalars::apply`).
-pub(crate) fn adamw(
-    theta: PartMut<'_>,
-    m: PartMut<'_>,
-    v: PartMut<'_>,
-    g: Part<'_>,
+// SAFETY: plain `#[repr(C)]` data, field for field optim.cu's `AdamWArgs`.
+unsafe impl candle_core::cuda_backend::cudarc::driver::DeviceRepr for AdamWArgs {}
+
+impl From<&crate::adamw_kernel::UpdateScalars> for AdamWArgs {
+    fn from(s: &crate::adamw_kernel::UpdateScalars) -> Self {
+        Self {
+            grad_scale: s.grad_scale.unwrap_or(1.0),
+            has_scale: i32::from(s.grad_scale.is_some()),
+            beta1: s.beta1,
+            one_minus_beta1: s.one_minus_beta1,
+            beta2: s.beta2,
+            one_minus_beta2: s.one_minus_beta2,
+            inv1: s.inv1,
+            inv2: s.inv2,
+            eps: s.eps,
+            lr: s.lr,
+            decay: s.decay.unwrap_or(1.0),
+            has_decay: i32::from(s.decay.is_some()),
+        }
+    }
+}
+
+/// The CUDA device of `t`.
+fn cuda_device(t: &Tensor, op: &str) -> Result<CudaDevice> {
+    match t.device() {
+        candle_core::Device::Cuda(d) => Ok(d.clone()),
+        _ => candle_core::bail!("{op}: CUDA tensors expected"),
+    }
+}
+
+/// Runs `f` on the device address and element count of each of `ts` (contiguous f32 tensors on
+/// `dev`), their storages held until `f` returns.
+///
+/// A multi-tensor launch reads its tensors' addresses from a table, not from one candle
+/// storage per argument, so it cannot go through candle's (in-place) custom ops, which hand a
+/// kernel one or two storages. The storages' read locks keep every buffer alive and unmoved
+/// while the launch is queued; the kernels write the parameters and moments through these
+/// addresses, which no other host thread touches during an optimizer step.
+fn with_addresses<R>(
+    dev: &CudaDevice,
+    ts: &[&Tensor],
+    op: &str,
+    f: impl FnOnce(&[(u64, usize)]) -> Result<R>,
+) -> Result<R> {
+    use candle_core::cuda_backend::cudarc::driver::DevicePtr;
+    let stream = dev.cuda_stream();
+    let held: Vec<_> = ts.iter().map(|t| t.storage_and_layout()).collect();
+    let mut syncs = Vec::with_capacity(held.len());
+    let mut addresses = Vec::with_capacity(held.len());
+    for (storage, layout) in &held {
+        let candle_core::Storage::Cuda(s) = &**storage else {
+            candle_core::bail!("{op}: CUDA tensors expected");
+        };
+        if s.device().id() != dev.id() {
+            candle_core::bail!("{op}: tensors on two CUDA devices");
+        }
+        let (start, end) = range(layout, "tensor")?;
+        let (base, sync) = s.as_cuda_slice::<f32>()?.device_ptr(&stream);
+        syncs.push(sync);
+        addresses.push((
+            base + (start * std::mem::size_of::<f32>()) as u64,
+            end - start,
+        ));
+    }
+    let out = f(&addresses);
+    // The buffers' events (when cudarc tracks them) are recorded after the launch.
+    drop(syncs);
+    out
+}
+
+/// A multi-tensor launch's table in device memory: optim.cu's `MultiTensorEntry` for each
+/// group of up to four buffers (their addresses, the element count, the first block and the
+/// block count), as 7 u64s.
+fn upload_table(dev: &CudaDevice, groups: &[&[(u64, usize)]], op: &str) -> Result<Table> {
+    let lens = groups
+        .iter()
+        .map(|g| match g.split_first() {
+            Some((&(_, n), rest)) if rest.iter().all(|&(_, m)| m == n) => Ok(n),
+            _ => candle_core::bail!("{op}: the buffers of a tensor differ in length"),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let (dims, blocks) = atomrl_core::launch_dims::multi_tensor(&lens);
+    let mut table = Vec::with_capacity(groups.len() * 7);
+    let mut first = 0u64;
+    for ((group, n), b) in groups.iter().zip(&lens).zip(&blocks) {
+        let mut buf = [0u64; 4];
+        for (slot, &(address, _)) in buf.iter_mut().zip(group.iter()) {
+            *slot = address;
+        }
+        table.extend(buf);
+        table.extend([*n as u64, first, *b as u64]);
+        first += *b as u64;
+    }
+    let count = match i32::try_from(groups.len()) {
+        Ok(c) => c,
+        Err(_) => candle_core::bail!("{op}: {} tensors in one launch", groups.len()),
+    };
+    Ok(Table {
+        entries: dev.clone_htod(&table)?,
+        count,
+        config: atomrl_core::cuda::launch_config(dims),
+        blocks,
+    })
+}
+
+/// A multi-tensor table on the device and its launch.
+struct Table {
+    /// The entries, 7 u64s each.
+    entries: CudaSlice<u64>,
+    /// The number of entries.
+    count: i32,
+    /// The launch: the entries' blocks in one grid.
+    config: LaunchConfig,
+    /// Each entry's block count.
+    blocks: Vec<usize>,
+}
+
+/// Runs `launch(device, table)` for a multi-tensor launch over `groups` (each a tensor's `K`
+/// buffers: contiguous f32 tensors of one length on one CUDA device), the table uploaded and
+/// the storages held until it returns; `None` when there is no group. `op` names the launch
+/// in errors.
+fn launch_multi<const K: usize, R>(
+    groups: &[[&Tensor; K]],
+    op: &str,
+    launch: impl FnOnce(&CudaDevice, &Table) -> Result<R>,
+) -> Result<Option<R>> {
+    let Some(first) = groups.first() else {
+        return Ok(None);
+    };
+    let dev = cuda_device(first[0], op)?;
+    let flat: Vec<&Tensor> = groups.iter().flatten().copied().collect();
+    with_addresses(&dev, &flat, op, |addresses| {
+        let entries: Vec<&[(u64, usize)]> = addresses.chunks(K).collect();
+        let table = upload_table(&dev, &entries, op)?;
+        launch(&dev, &table).map(Some)
+    })
+}
+
+/// AdamW's update (see `adamw_kernel::UpdateScalars::apply`) of every `[θ, m, v, g]` of
+/// `params` in place, in one launch: contiguous f32 tensors on one CUDA device, each group of
+/// one length, `θ`, `m` and `v` distinct buffers.
+pub(crate) fn adamw_multi(
+    params: &[[&Tensor; 4]],
     s: &crate::adamw_kernel::UpdateScalars,
 ) -> Result<()> {
-    let (rt, rm) = (range(theta.1, "parameter")?, range(m.1, "m")?);
-    let (rv, rg) = (range(v.1, "v")?, range(g.1, "gradient")?);
-    let n = same_len(rt, rm, "atomrl-adamw")?;
-    same_len(rt, rv, "atomrl-adamw")?;
-    same_len(rt, rg, "atomrl-adamw")?;
-    let func = theta
-        .0
-        .device()
-        .get_or_load_custom_func("atomrl_adamw_f32", MODULE, PTX)?;
-    let gv = g.0.as_cuda_slice::<f32>()?.slice(rg.0..rg.1);
-    let mut mv = m.0.as_cuda_slice_mut::<f32>()?.slice_mut(rm.0..rm.1);
-    let mut vv = v.0.as_cuda_slice_mut::<f32>()?.slice_mut(rv.0..rv.1);
-    let mut tv = theta.0.as_cuda_slice_mut::<f32>()?.slice_mut(rt.0..rt.1);
-    let (grad_scale, has_scale) = (
-        s.grad_scale.unwrap_or(1.0),
-        i32::from(s.grad_scale.is_some()),
-    );
-    let (decay, has_decay) = (s.decay.unwrap_or(1.0), i32::from(s.decay.is_some()));
-    // Launch: `n` elements of each of the four views (lengths checked, distinct tensors);
-    // argument types as in optim.cu.
-    atomrl_core::launch_kernel!(
-        func,
-        config(n),
-        &mut tv,
-        &mut mv,
-        &mut vv,
-        &gv,
-        &grad_scale,
-        &has_scale,
-        &s.beta1,
-        &s.one_minus_beta1,
-        &s.beta2,
-        &s.one_minus_beta2,
-        &s.inv1,
-        &s.inv2,
-        &s.eps,
-        &s.lr,
-        &decay,
-        &has_decay,
-        &n
-    )?;
+    let args = AdamWArgs::from(s);
+    launch_multi(params, "atomrl_adamw_multi_f32", |dev, t| {
+        let func = dev.get_or_load_custom_func("atomrl_adamw_multi_f32", MODULE, PTX)?;
+        // Launch: each table entry holds four buffers of its `n` f32 elements, alive and
+        // distinct (above); argument types as in optim.cu.
+        atomrl_core::launch_kernel!(func, t.config, &t.entries, &t.count, &args)?;
+        Ok(())
+    })?;
     Ok(())
 }
 
-/// Blocks of the squared-norm kernel per tensor: enough to keep every SM of a large GPU busy
-/// on a large tensor, one per 2,048 elements on a small one.
-fn sq_norm_blocks(n: usize) -> usize {
-    atomrl_core::launch_dims::sq_norm(n).0[0] as usize
+/// `a += b` for every `(a, b)` of `pairs` in one launch: contiguous f32 tensors on one CUDA
+/// device, each pair of one length, every `a` a distinct buffer.
+pub(crate) fn add_assign_multi(pairs: &[[&Tensor; 2]]) -> Result<()> {
+    launch_multi(pairs, "atomrl_add_assign_multi_f32", |dev, t| {
+        let func = dev.get_or_load_custom_func("atomrl_add_assign_multi_f32", MODULE, PTX)?;
+        // Launch: each table entry holds two buffers of its `n` f32 elements, alive (above);
+        // argument types as in optim.cu.
+        atomrl_core::launch_kernel!(func, t.config, &t.entries, &t.count)?;
+        Ok(())
+    })?;
+    Ok(())
 }
 
 /// `Σ x²` of each f32 tensor of `ts` (all on one CUDA device), each as f32 partial sums of a
-/// fixed grid added in f64 on the host, with one device-to-host copy for all of them: the same
-/// value on every run, where candle's `sum_all` reduced each tensor in a single block.
-pub(crate) fn squared_norms(ts: &[&candle_core::Tensor]) -> Result<Vec<f64>> {
-    let Some(first) = ts.first() else {
+/// fixed grid added in f64 on the host, in one launch and one device-to-host copy for all of
+/// them: the same value on every run, where candle's `sum_all` reduced each tensor in a
+/// single block.
+pub(crate) fn squared_norms(ts: &[&Tensor]) -> Result<Vec<f64>> {
+    // A backward's gradient may be a strided view; the kernel reads contiguous elements.
+    let contiguous = ts
+        .iter()
+        .map(|t| t.contiguous())
+        .collect::<Result<Vec<_>>>()?;
+    let groups: Vec<[&Tensor; 1]> = contiguous.iter().map(|t| [t]).collect();
+    let launched = launch_multi(&groups, "atomrl_sq_norm_multi_f32", |dev, t| {
+        let func = dev.get_or_load_custom_func("atomrl_sq_norm_multi_f32", MODULE, PTX)?;
+        // SAFETY: every element is written by one block of the launch below.
+        let mut parts = unsafe { dev.alloc::<f32>(t.config.grid_dim.0 as usize)? };
+        // Launch: each entry's buffer holds its `n` f32 elements; one partial sum per block;
+        // argument types as in optim.cu.
+        atomrl_core::launch_kernel!(func, t.config, &t.entries, &t.count, &mut parts)?;
+        Ok((dev.clone(), parts, t.blocks.clone()))
+    })?;
+    let Some((dev, parts, blocks)) = launched else {
         return Ok(Vec::new());
     };
-    let dev = match first.device() {
-        candle_core::Device::Cuda(d) => d.clone(),
-        _ => candle_core::bail!("atomrl-sq-norm: CUDA tensors expected"),
-    };
-    let blocks: Vec<usize> = ts.iter().map(|t| sq_norm_blocks(t.elem_count())).collect();
-    let total: usize = blocks.iter().sum();
-    // SAFETY: every element is written by one block of one launch below.
-    let mut parts = unsafe { dev.alloc::<f32>(total)? };
-    let func = dev.get_or_load_custom_func("atomrl_sq_norm_part_f32", MODULE, PTX)?;
-    let mut offset = 0;
-    for (t, &b) in ts.iter().zip(&blocks) {
-        atomrl_core::cuda::with_cuda(t, |s, l| {
-            let r = range(l, "gradient")?;
-            let n = r.1 - r.0;
-            let xv = s.as_cuda_slice::<f32>()?.slice(r.0..r.1);
-            let mut pv = parts.slice_mut(offset..offset + b);
-            let config = atomrl_core::cuda::launch_config(atomrl_core::launch_dims::sq_norm(n));
-            // Launch: reads the `n` elements of the view, writes `b` partial sums; argument
-            // types as in optim.cu.
-            atomrl_core::launch_kernel!(func, config, &xv, &mut pv, &n)
-        })?;
-        offset += b;
-    }
     let host = dev.clone_dtoh(&parts)?;
     let mut out = Vec::with_capacity(ts.len());
     let mut start = 0;

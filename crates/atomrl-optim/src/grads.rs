@@ -53,6 +53,18 @@ impl Sum {
         Ok(())
     }
 
+    /// Whether `self += g` goes into the multi-tensor launch of
+    /// [`Gradients::add_sums`](Gradients::add_sums): our own buffer and `g`, contiguous f32 on
+    /// CUDA with the in-place kernels on.
+    fn adds_in_one_launch(&self, g: &Tensor) -> bool {
+        cfg!(feature = "cuda")
+            && self.owned
+            && self.tensor.device().is_cuda()
+            && self.tensor.dims() == g.dims()
+            && g.is_contiguous()
+            && crate::inplace::applies(&[&self.tensor, g])
+    }
+
     /// `self *= scale` (candle's `tensor * scale`), in place when the buffer is ours.
     fn scale(&mut self, scale: f64) -> Result<()> {
         if self.owned && crate::inplace::applies(&[&self.tensor]) {
@@ -113,6 +125,7 @@ impl Gradients {
         let _p = params
             .first()
             .map(|(_, v)| atomrl_core::profile::phase("grads.accumulate", v.device()));
+        let mut incoming = Vec::with_capacity(params.len());
         for (name, var) in params {
             let Some(g) = store.get(var.as_tensor()) else {
                 continue;
@@ -122,20 +135,42 @@ impl Gradients {
                 tensor,
                 owned: false,
             };
-            self.add_sum(name, sum)?;
+            incoming.push((name.clone(), sum));
         }
-        Ok(())
+        self.add_sums(incoming)
     }
 
-    /// Adds `g` to the sum of `name`; a first gradient is kept as it is.
-    fn add_sum(&mut self, name: &str, g: Sum) -> Result<()> {
-        match self.sums.get_mut(name) {
-            Some(sum) => sum.add(&g.tensor),
-            None => {
-                self.sums.insert(name.to_string(), g);
-                Ok(())
+    /// Adds each `(name, g)` to the sum of `name`; a first gradient is kept as it is. On CUDA
+    /// the in-place additions go in one multi-tensor launch instead of one per parameter.
+    fn add_sums(&mut self, incoming: Vec<(String, Sum)>) -> Result<()> {
+        let mut batched: Vec<(String, Tensor)> = Vec::new();
+        for (name, g) in incoming {
+            match self.sums.get_mut(&name) {
+                Some(sum) if sum.adds_in_one_launch(&g.tensor) => batched.push((name, g.tensor)),
+                Some(sum) => sum.add(&g.tensor)?,
+                None => {
+                    self.sums.insert(name, g);
+                }
             }
         }
+        if batched.is_empty() {
+            return Ok(());
+        }
+        #[cfg(feature = "cuda")]
+        {
+            let pairs: Vec<[&Tensor; 2]> = batched
+                .iter()
+                .filter_map(|(name, g)| self.sums.get(name).map(|s| [&s.tensor, g]))
+                .collect();
+            crate::cuda::add_assign_multi(&pairs).ctx(FUNC)
+        }
+        #[cfg(not(feature = "cuda"))]
+        Err(Error::value(
+            FUNC,
+            "gradients",
+            "CPU tensors",
+            format!("{} CUDA sums without the `cuda` feature", batched.len()),
+        ))
     }
 
     /// Adds `other`'s gradients to these (`self + other`, element by element, in f32); a
@@ -159,10 +194,7 @@ impl Gradients {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn add(&mut self, other: Gradients) -> Result<()> {
-        for (name, g) in other.sums {
-            self.add_sum(&name, g)?;
-        }
-        Ok(())
+        self.add_sums(other.sums.into_iter().collect())
     }
 
     /// Sums these gradients over the ranks of `comm` (in rank order, bit-identical on every
@@ -480,7 +512,7 @@ mod tests {
                 tensor: g,
                 owned: false,
             };
-            grads.add_sum(&format!("p{i}"), sum).expect("add");
+            grads.add_sums(vec![(format!("p{i}"), sum)]).expect("add");
         }
         let norm = grads.global_norm().expect("norm");
         assert_eq!(norm.to_bits(), expected.sqrt().to_bits());
