@@ -119,12 +119,12 @@ extern "C" __global__ void atomrl_sq_norm_multi_f32(const MultiTensorEntry *tabl
     if (threadIdx.x == 0) part[blockIdx.x] = acc;
 }
 
-// atomrl_add_assign_f32 over every entry of the table: buf[0] += buf[1] (a micro-batch's
-// gradients added to the sums in one launch).
-extern "C" __global__ void atomrl_add_assign_multi_f32(const MultiTensorEntry *table,
-                                                       int count) {
+// buf[0] = buf[1] + buf[2] over every entry of the table, in place when buf[0] is buf[1]: a
+// micro-batch's gradients added to the sums in one launch, into the sums' own buffers or, for a
+// sum that is still a backward's gradient, into a new one.
+extern "C" __global__ void atomrl_add_multi_f32(const MultiTensorEntry *table, int count) {
     const MultiTensorEntry *e = owning_entry(table, count);
-    float *a = e->buf[0];
-    const float *b = e->buf[1];
-    ENTRY_STRIDE(i, e) { a[i] = __fadd_rn(a[i], b[i]); }
+    float *out = e->buf[0];
+    const float *a = e->buf[1], *b = e->buf[2];
+    ENTRY_STRIDE(i, e) { out[i] = __fadd_rn(a[i], b[i]); }
 }

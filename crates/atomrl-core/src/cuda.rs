@@ -7,7 +7,7 @@
 
 /// `cuda/optim.cu`: `atomrl_add_assign_f32`, `atomrl_scale_f32`, `atomrl_sq_norm_part_f32`, and
 /// the multi-tensor launches over a table of tensors `atomrl_adamw_multi_f32`,
-/// `atomrl_sq_norm_multi_f32` and `atomrl_add_assign_multi_f32`.
+/// `atomrl_sq_norm_multi_f32` and `atomrl_add_multi_f32`.
 pub const OPTIM_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/optim.ptx"));
 
 /// `cuda/model.cu`: RMSNorm, SwiGLU, RoPE and attention-softmax forward and backward kernels,

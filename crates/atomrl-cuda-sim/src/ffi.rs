@@ -338,7 +338,7 @@ extern "C" {
     pub(crate) fn atomrl_scale_f32(a: *mut f32, s: f32, n: usize);
     pub(crate) fn atomrl_sq_norm_part_f32(a: *const f32, part: *mut f32, n: usize);
     pub(crate) fn atomrl_adamw_multi_f32(table: *const MultiTensorEntry, count: i32, s: AdamWArgs);
-    pub(crate) fn atomrl_add_assign_multi_f32(table: *const MultiTensorEntry, count: i32);
+    pub(crate) fn atomrl_add_multi_f32(table: *const MultiTensorEntry, count: i32);
     pub(crate) fn atomrl_sq_norm_multi_f32(
         table: *const MultiTensorEntry,
         count: i32,

@@ -186,33 +186,39 @@ pub fn adamw_multi_f32(
     });
 }
 
-/// `atomrl_add_assign_multi_f32`: [`add_assign_f32`] on every `(a, b)` of `pairs` in one launch,
-/// pair `i` over `blocks[i]` blocks.
-pub fn add_assign_multi_f32(l: Launch, blocks: &[usize], pairs: &mut [(&mut [f32], &[f32])]) {
-    for (i, (a, b)) in pairs.iter().enumerate() {
-        check(&format!("b of pair {i}"), b.len(), a.len());
+/// One sum of [`add_multi_f32`]: `out = a + b`, or `out += b` without `a`.
+#[derive(Debug)]
+pub struct AddTensors<'a> {
+    /// The sum.
+    pub out: &'a mut [f32],
+    /// The first term when it is not `out` itself.
+    pub a: Option<&'a [f32]>,
+    /// The second term.
+    pub b: &'a [f32],
+}
+
+/// `atomrl_add_multi_f32`: every sum of `sums` in one launch, sum `i` over `blocks[i]` blocks.
+pub fn add_multi_f32(l: Launch, blocks: &[usize], sums: &mut [AddTensors<'_>]) {
+    for (i, s) in sums.iter().enumerate() {
+        check(&format!("b of sum {i}"), s.b.len(), s.out.len());
+        if let Some(a) = s.a {
+            check(&format!("a of sum {i}"), a.len(), s.out.len());
+        }
     }
     let table = multi_tensor_table(
         l,
         blocks,
-        pairs.iter_mut().map(|(a, b)| {
-            (
-                [
-                    a.as_mut_ptr() as usize as u64,
-                    b.as_ptr() as usize as u64,
-                    0,
-                    0,
-                ],
-                a.len(),
-            )
+        sums.iter_mut().map(|s| {
+            let out = s.out.as_mut_ptr() as usize as u64;
+            let a = s.a.map_or(out, |a| a.as_ptr() as usize as u64);
+            ([out, a, s.b.as_ptr() as usize as u64, 0], s.out.len())
         }),
     );
     let (pt, count) = (Ptr::of(&table), i32_of("tensors", table.len()));
-    // SAFETY: each entry names two buffers of its `n` elements (checked), which the entry's
-    // blocks alone touch; the table outlives the launch.
-    launch(l, &|| unsafe {
-        ffi::atomrl_add_assign_multi_f32(pt.get(), count)
-    });
+    // SAFETY: each entry names buffers of its `n` elements (checked), `out` distinct from `b`
+    // and from `a` unless it is `a`, touched by the entry's blocks alone; the table outlives
+    // the launch.
+    launch(l, &|| unsafe { ffi::atomrl_add_multi_f32(pt.get(), count) });
 }
 
 /// `atomrl_sq_norm_multi_f32`: [`sq_norm_part_f32`] on every tensor of `tensors` in one launch,

@@ -229,17 +229,38 @@ pub(crate) fn adamw_multi(
     Ok(())
 }
 
-/// `a += b` for every `(a, b)` of `pairs` in one launch: contiguous f32 tensors on one CUDA
-/// device, each pair of one length, every `a` a distinct buffer.
-pub(crate) fn add_assign_multi(pairs: &[[&Tensor; 2]]) -> Result<()> {
-    launch_multi(pairs, "atomrl_add_assign_multi_f32", |dev, t| {
-        let func = dev.get_or_load_custom_func("atomrl_add_assign_multi_f32", MODULE, PTX)?;
-        // Launch: each table entry holds two buffers of its `n` f32 elements, alive (above);
-        // argument types as in optim.cu.
+/// Gradient sums in one launch: `sum += g` for every `[sum, g]` of `in_place`, and a new tensor
+/// `a + b` for every `[a, b]` of `new_sums`, returned in order. Contiguous f32 tensors on one
+/// CUDA device, each pair of one shape, every `sum` a distinct buffer.
+pub(crate) fn add_multi(
+    in_place: &[[&Tensor; 2]],
+    new_sums: &[[&Tensor; 2]],
+) -> Result<Vec<Tensor>> {
+    let Some(first) = in_place.first().or(new_sums.first()) else {
+        return Ok(Vec::new());
+    };
+    let dev = cuda_device(first[0], "atomrl-add-multi")?;
+    let made = new_sums
+        .iter()
+        .map(|[a, _]| {
+            // SAFETY: every element is written by the launch below before the tensor is returned.
+            let slice = unsafe { dev.alloc::<f32>(a.elem_count())? };
+            Ok(atomrl_core::cuda::tensor_from_slice(slice, &dev, a.shape()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let groups: Vec<[&Tensor; 3]> = in_place
+        .iter()
+        .map(|&[sum, g]| [sum, sum, g])
+        .chain(new_sums.iter().zip(&made).map(|(&[a, b], out)| [out, a, b]))
+        .collect();
+    launch_multi(&groups, "atomrl_add_multi_f32", |dev, t| {
+        let func = dev.get_or_load_custom_func("atomrl_add_multi_f32", MODULE, PTX)?;
+        // Launch: each table entry holds three buffers of its `n` f32 elements, alive (above),
+        // the sum distinct from the second term; argument types as in optim.cu.
         atomrl_core::launch_kernel!(func, t.config, &t.entries, &t.count)?;
         Ok(())
     })?;
-    Ok(())
+    Ok(made)
 }
 
 /// `Σ x²` of each f32 tensor of `ts` (all on one CUDA device), each as f32 partial sums of a

@@ -19,6 +19,7 @@ const FUNC: &str = "Gradients";
 /// A sum is first the backward pass's own gradient tensor (no copy); the first addition makes
 /// a buffer of its own, and later additions and clipping write into that buffer in place
 /// (bit-identical to the tensor-op form, without a parameter-sized allocation per micro-batch).
+/// On CUDA a micro-batch's additions to every parameter's sum are one kernel launch.
 /// A tensor returned by [`get`](Gradients::get) shares that buffer: read it before the next
 /// [`accumulate`](Gradients::accumulate), [`add`](Gradients::add) or
 /// [`clip_global_norm`](Gradients::clip_global_norm).
@@ -54,13 +55,13 @@ impl Sum {
     }
 
     /// Whether `self += g` goes into the multi-tensor launch of
-    /// [`Gradients::add_sums`](Gradients::add_sums): our own buffer and `g`, contiguous f32 on
+    /// [`Gradients::add_sums`](Gradients::add_sums): contiguous f32 tensors of one shape on
     /// CUDA with the in-place kernels on.
     fn adds_in_one_launch(&self, g: &Tensor) -> bool {
         cfg!(feature = "cuda")
-            && self.owned
             && self.tensor.device().is_cuda()
             && self.tensor.dims() == g.dims()
+            && self.tensor.is_contiguous()
             && g.is_contiguous()
             && crate::inplace::applies(&[&self.tensor, g])
     }
@@ -111,6 +112,20 @@ fn cpu_squared_norm(t: &Tensor) -> candle_core::Result<Option<f32>> {
     Ok(cpu_f32s(t, |x| Ok(crate::cpu_loops::sum_of_squares(x)))?.flatten())
 }
 
+/// `[sum, g]` for each `(name, g)` of `list`, the sum of `name` from `sums`.
+#[cfg(feature = "cuda")]
+fn sum_pairs<'a>(
+    sums: &'a BTreeMap<String, Sum>,
+    list: &[&'a (String, Tensor)],
+) -> Result<Vec<[&'a Tensor; 2]>> {
+    list.iter()
+        .map(|(name, g)| match sums.get(name) {
+            Some(s) => Ok([&s.tensor, g]),
+            None => Err(Error::value(FUNC, name, "a gradient sum", "none")),
+        })
+        .collect()
+}
+
 impl Gradients {
     /// No gradients yet.
     pub fn new() -> Self {
@@ -141,7 +156,7 @@ impl Gradients {
     }
 
     /// Adds each `(name, g)` to the sum of `name`; a first gradient is kept as it is. On CUDA
-    /// the in-place additions go in one multi-tensor launch instead of one per parameter.
+    /// the additions go in one multi-tensor launch instead of one per parameter.
     fn add_sums(&mut self, incoming: Vec<(String, Sum)>) -> Result<()> {
         let mut batched: Vec<(String, Tensor)> = Vec::new();
         for (name, g) in incoming {
@@ -156,15 +171,37 @@ impl Gradients {
         if batched.is_empty() {
             return Ok(());
         }
-        #[cfg(feature = "cuda")]
-        {
-            let pairs: Vec<[&Tensor; 2]> = batched
-                .iter()
-                .filter_map(|(name, g)| self.sums.get(name).map(|s| [&s.tensor, g]))
-                .collect();
-            crate::cuda::add_assign_multi(&pairs).ctx(FUNC)
+        self.add_in_one_launch(batched)
+    }
+
+    /// Adds each `(name, g)` to the sum of `name` in one CUDA launch: into the sum's buffer when
+    /// it is ours, else into a new buffer that is.
+    #[cfg(feature = "cuda")]
+    fn add_in_one_launch(&mut self, batched: Vec<(String, Tensor)>) -> Result<()> {
+        let (owned, shared): (Vec<_>, Vec<_>) = batched
+            .iter()
+            .partition(|(name, _)| self.sums.get(name).is_some_and(|s| s.owned));
+        let made = crate::cuda::add_multi(
+            &sum_pairs(&self.sums, &owned)?,
+            &sum_pairs(&self.sums, &shared)?,
+        )
+        .ctx(FUNC)?;
+        let names: Vec<String> = shared.iter().map(|(name, _)| name.clone()).collect();
+        for (name, tensor) in names.into_iter().zip(made) {
+            self.sums.insert(
+                name,
+                Sum {
+                    tensor,
+                    owned: true,
+                },
+            );
         }
-        #[cfg(not(feature = "cuda"))]
+        Ok(())
+    }
+
+    /// Without the `cuda` feature no sum is batched ([`Sum::adds_in_one_launch`]).
+    #[cfg(not(feature = "cuda"))]
+    fn add_in_one_launch(&mut self, batched: Vec<(String, Tensor)>) -> Result<()> {
         Err(Error::value(
             FUNC,
             "gradients",

@@ -171,15 +171,31 @@ fn the_multi_tensor_add_is_each_tensors_sum_bit_for_bit() {
         .enumerate()
         .map(|(k, &n)| values(n, k + 31, 0.7))
         .collect();
-    let mut sums = a.clone();
-    let (dims, blocks) = launch_dims::multi_tensor(&MULTI_SIZES);
-    let mut pairs: Vec<(&mut [f32], &[f32])> = sums
-        .iter_mut()
-        .zip(&b)
-        .map(|(s, b)| (s.as_mut_slice(), b.as_slice()))
+    // Odd tensors add in place, even ones into a new buffer, in the same launch.
+    let mut out: Vec<Vec<f32>> = a
+        .iter()
+        .enumerate()
+        .map(|(k, x)| {
+            if k % 2 == 1 {
+                x.clone()
+            } else {
+                vec![f32::NAN; x.len()]
+            }
+        })
         .collect();
-    kernels::add_assign_multi_f32(Launch::from_dims(dims), &blocks, &mut pairs);
-    for (k, ((s, a), b)) in sums.iter().zip(&a).zip(&b).enumerate() {
+    let (dims, blocks) = launch_dims::multi_tensor(&MULTI_SIZES);
+    let mut sums: Vec<kernels::AddTensors<'_>> = out
+        .iter_mut()
+        .zip(a.iter().zip(&b))
+        .enumerate()
+        .map(|(k, (o, (a, b)))| kernels::AddTensors {
+            out: o,
+            a: (k % 2 == 0).then_some(a.as_slice()),
+            b,
+        })
+        .collect();
+    kernels::add_multi_f32(Launch::from_dims(dims), &blocks, &mut sums);
+    for (k, ((s, a), b)) in out.iter().zip(&a).zip(&b).enumerate() {
         let want: Vec<f32> = a.iter().zip(b).map(|(x, y)| x + y).collect();
         assert_eq!(bits(s), bits(&want), "tensor {k}");
     }
