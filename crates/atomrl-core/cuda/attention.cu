@@ -12,10 +12,13 @@
 // softmax kernel's: a query that sees at least one key gives its masked keys exactly 0; a query
 // that sees only padding spreads over the whole row (first_key, below), as the plain softmax does.
 //
-// Every block handles one tile of 32 keys at a time, a key per lane, in f32. Head dims up to
-// FA_MAX_D; larger heads take the tensor-op attention (atomrl-model decides).
+// Every block handles one tile of 32 keys at a time, a key per lane, in f32; in bf16 and f16 the
+// forward's products run on tensor cores (flash_fwd_tc). Head dims up to FA_MAX_D; larger heads
+// take the tensor-op attention (atomrl-model decides).
 
 #include "common.cuh"
+
+#include <mma.h>
 
 #define FA_MAX_D 128
 #define FA_PER_LANE (FA_MAX_D / 32)
@@ -175,6 +178,117 @@ __device__ void flash_fwd(const T *q, const T *k, const T *v, const T *pad, cons
             stats[2 * row] = m;
             stats[2 * row + 1] = logf(sum);
         }
+    }
+}
+
+// Forward on tensor cores (bf16 and f16): flash_fwd's online softmax, with q·kᵀ and p·v as
+// 16 × 16 × 16 WMMA products (f32 accumulators) in place of the lanes' f32 dot products. Grid
+// (⌈L / 16⌉, H, N), 4 warps; a tile of 32 keys at a time: warps 0 and 1 take 16 keys' scores each,
+// then every warp rescales and takes the probabilities of 4 query rows (a key a lane, as
+// flash_fwd does), then the warps take the output's 16-column tiles, O ← O·corr + P·V, with O
+// in shared memory in f32 (a fragment's layout is unspecified, so rows are rescaled there). P is
+// rounded to the dtype for the product, as FlashAttention-2 does; its row sums are kept in f32.
+// Head dims are padded with zeros to a multiple of 16.
+#define FA_TC_WARPS 4
+
+template <typename T>
+__device__ void flash_fwd_tc(const T *q, const T *k, const T *v, const T *pad,
+                             const int *first_key, T *o, float *stats, const FlashShape f) {
+    using namespace nvcuda;
+    typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> Acc;
+    __shared__ __align__(32) T qs[FA_FWD_ROWS][FA_MAX_D];
+    __shared__ __align__(32) T ks[FA_KEYS][FA_MAX_D];
+    __shared__ __align__(32) T vs[FA_KEYS][FA_MAX_D];
+    __shared__ __align__(32) float ss[FA_FWD_ROWS][FA_KEYS];
+    __shared__ __align__(32) T ps[FA_FWD_ROWS][FA_KEYS];
+    __shared__ __align__(32) float os[FA_FWD_ROWS][FA_MAX_D];
+    __shared__ float m_s[FA_FWD_ROWS], sum_s[FA_FWD_ROWS];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, d = f.d;
+    const int d16 = (d + 15) & ~15;
+    const int h = blockIdx.y;
+    const size_t n = blockIdx.z;
+    const size_t g = h / (f.heads / f.kv_heads);
+    const int i0 = blockIdx.x * FA_FWD_ROWS;
+    const int fk = first_key[n];
+    const int kend = fa_block_key_end(i0, FA_FWD_ROWS, f, fk);
+    const size_t qbase = (n * f.heads + h) * (size_t)f.l;
+    const T zero = from_f<T>(0.0f);
+    for (int e = threadIdx.x; e < FA_FWD_ROWS * d16; e += blockDim.x) {
+        const int r = e / d16, c = e % d16, i = i0 + r;
+        qs[r][c] = i < f.l && c < d ? q[(qbase + i) * d + c] : zero;
+        os[r][c] = 0.0f;
+    }
+    if (threadIdx.x < FA_FWD_ROWS) {
+        m_s[threadIdx.x] = -INFINITY;
+        sum_s[threadIdx.x] = 0.0f;
+    }
+    const T *pad_row = pad + (f.has_pad ? n * f.s : 0);
+    const size_t base = (n * f.kv_heads + g) * (size_t)f.s;
+    for (int t0 = 0; t0 < kend; t0 += FA_KEYS) {
+        __syncthreads();  // the last tile's readers are done; qs, os and the stats are written
+        for (int e = threadIdx.x; e < FA_KEYS * d16; e += blockDim.x) {
+            const int j = e / d16, c = e % d16;
+            const bool in = t0 + j < f.s && c < d;
+            const size_t at = (base + (size_t)(t0 + j)) * d + c;
+            ks[j][c] = in ? k[at] : zero;
+            vs[j][c] = in ? v[at] : zero;
+        }
+        __syncthreads();
+        if (w < FA_KEYS / 16) {
+            Acc acc;
+            wmma::fill_fragment(acc, 0.0f);
+            for (int c0 = 0; c0 < d16; c0 += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
+                wmma::load_matrix_sync(a, &qs[0][c0], FA_MAX_D);
+                wmma::load_matrix_sync(b, &ks[16 * w][c0], FA_MAX_D);
+                wmma::mma_sync(acc, a, b, acc);
+            }
+            wmma::store_matrix_sync(&ss[0][16 * w], acc, FA_KEYS, wmma::mem_row_major);
+        }
+        __syncthreads();
+        for (int r = w; r < FA_FWD_ROWS; r += FA_TC_WARPS) {
+            const int i = i0 + r, j = t0 + lane;
+            const int end = i < f.l ? fa_end(i, f, fk) : 0;
+            const float x = j < end ? fa_score(ss[r][lane], pad_row, j, i, f) : -INFINITY;
+            const float m = m_s[r], sum = sum_s[r];
+            const float nm = fmaxf(m, fa_warp_max(x));
+            float p = 0.0f, corr = 1.0f;
+            if (nm != -INFINITY) {
+                p = x == -INFINITY ? 0.0f : fa_exp(x - nm);
+                corr = m == -INFINITY ? 0.0f : fa_exp(m - nm);
+            }
+            const float total = sum * corr + fa_warp_sum(p);
+            ps[r][lane] = from_f<T>(p);
+            for (int c = lane; c < d16; c += 32) os[r][c] *= corr;
+            if (lane == 0) {
+                m_s[r] = nm;
+                sum_s[r] = total;
+            }
+        }
+        __syncthreads();
+        for (int ct = w; 16 * ct < d16; ct += FA_TC_WARPS) {
+            Acc acc;
+            wmma::load_matrix_sync(acc, &os[0][16 * ct], FA_MAX_D, wmma::mem_row_major);
+            for (int k0 = 0; k0 < FA_KEYS; k0 += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
+                wmma::load_matrix_sync(a, &ps[0][k0], FA_KEYS);
+                wmma::load_matrix_sync(b, &vs[k0][16 * ct], FA_MAX_D);
+                wmma::mma_sync(acc, a, b, acc);
+            }
+            wmma::store_matrix_sync(&os[0][16 * ct], acc, FA_MAX_D, wmma::mem_row_major);
+        }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < FA_FWD_ROWS * d; e += blockDim.x) {
+        const int r = e / d, c = e % d, i = i0 + r;
+        if (i < f.l) o[(qbase + i) * d + c] = from_f<T>(os[r][c] * (1.0f / sum_s[r]));
+    }
+    if (threadIdx.x < FA_FWD_ROWS && i0 + (int)threadIdx.x < f.l) {
+        const size_t row = qbase + i0 + threadIdx.x;
+        stats[2 * row] = m_s[threadIdx.x];
+        stats[2 * row + 1] = logf(sum_s[threadIdx.x]);
     }
 }
 
@@ -359,6 +473,16 @@ __device__ void flash_bwd_dkv(const T *q, const T *k, const T *v, const T *dout,
         flash_bwd_dkv<T>(q, k, v, dout, stats, delta, pad, first_key, dk, dv, f);                  \
     }
 
+// The tensor-core forward, for the 16-bit dtypes.
+#define TC_ENTRIES(T, SUFFIX)                                                                     \
+    extern "C" __global__ void atomrl_flash_fwd_tc_##SUFFIX(const T *q, const T *k, const T *v,   \
+                                                            const T *pad, const int *first_key,   \
+                                                            T *o, float *stats, FlashShape f) {   \
+        flash_fwd_tc<T>(q, k, v, pad, first_key, o, stats, f);                                     \
+    }
+
 ENTRIES(float, f32)
 ENTRIES(__nv_bfloat16, bf16)
 ENTRIES(__half, f16)
+TC_ENTRIES(__nv_bfloat16, bf16)
+TC_ENTRIES(__half, f16)

@@ -120,6 +120,19 @@ pub fn flash_fwd(n: usize, heads: usize, l: usize) -> Dims {
     )
 }
 
+/// Warps of a tensor-core FlashAttention forward block (`FA_TC_WARPS`).
+pub const FLASH_TC_WARPS: usize = 4;
+
+/// `atomrl_flash_fwd_tc_*` (bf16, f16): the tiles of [`flash_fwd`], [`FLASH_TC_WARPS`] warps a
+/// block.
+///
+/// ```
+/// assert_eq!(atomrl_core::launch_dims::flash_fwd_tc(2, 14, 40), ([3, 14, 2], [128, 1, 1]));
+/// ```
+pub fn flash_fwd_tc(n: usize, heads: usize, l: usize) -> Dims {
+    (flash_fwd(n, heads, l).0, [FLASH_TC_WARPS as u32 * 32, 1, 1])
+}
+
 /// `atomrl_flash_bwd_dq_*`: as [`flash_fwd`] with tiles of [`FLASH_DQ_ROWS`] queries.
 ///
 /// ```

@@ -61,6 +61,8 @@ extern "C" void atomrl_sim_thread_end(void) {
 
 extern "C" void atomrl_sim_syncthreads(void) { block->all.arrive_and_wait(); }
 
+extern "C" void atomrl_sim_syncwarp(void) { block->warp[linear / 32]->arrive_and_wait(); }
+
 extern "C" uint64_t atomrl_sim_shfl_xor(uint64_t bits, int lane_mask) {
     const unsigned w = linear / 32, lane = linear % 32;
     uint64_t *slot = &block->slots[32 * w];

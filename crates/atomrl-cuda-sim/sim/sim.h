@@ -17,6 +17,7 @@
 #define __host__
 #define __forceinline__
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 
 struct uint2 {
     unsigned x, y;
@@ -45,7 +46,11 @@ extern dim3 gridDim;
 extern "C" void atomrl_sim_syncthreads(void);
 extern "C" uint64_t atomrl_sim_shfl_xor(uint64_t bits, int lane_mask);
 
+extern "C" void atomrl_sim_syncwarp(void);
+
 inline void __syncthreads() { atomrl_sim_syncthreads(); }
+// A barrier over the warp (the kernels pass a full mask; partial masks are not emulated).
+inline void __syncwarp(unsigned = 0xffffffffu) { atomrl_sim_syncwarp(); }
 
 // Every lane of the warp exchanges `v` with lane `lane ^ lane_mask` (the kernels pass a full
 // mask; partial masks are not emulated).

@@ -52,7 +52,9 @@ pub(crate) struct Kernels {
     pub pick_finish: unsafe extern "C" fn(In, *const PickState, i32, i32, f32, i32, *mut u32),
     pub flash_first_key: unsafe extern "C" fn(In, *mut i32, i32, i32),
     #[allow(clippy::type_complexity)]
-    pub flash_fwd: unsafe extern "C" fn(In, In, In, In, *const i32, Out, *mut f32, FlashShape),
+    pub flash_fwd: FlashFwd,
+    /// The tensor-core forward (`atomrl_flash_fwd_tc_*`): the 16-bit dtypes only.
+    pub flash_fwd_tc: Option<FlashFwd>,
     #[allow(clippy::type_complexity)]
     pub flash_bwd_dq: unsafe extern "C" fn(
         In,
@@ -124,8 +126,12 @@ pub struct PickState {
     pub s: f32,
 }
 
+/// The signature of `atomrl_flash_fwd_*` and `atomrl_flash_fwd_tc_*`.
+pub(crate) type FlashFwd =
+    unsafe extern "C" fn(In, In, In, In, *const i32, Out, *mut f32, FlashShape);
+
 macro_rules! dtype_kernels {
-    ($module:ident, $table:ident, $suffix:literal) => {
+    ($module:ident, $table:ident, $suffix:literal, $tc:expr) => {
         mod $module {
             use super::{FlashShape, In, Out, PickState};
             extern "C" {
@@ -324,13 +330,38 @@ macro_rules! dtype_kernels {
             flash_fwd: $module::flash_fwd,
             flash_bwd_dq: $module::flash_bwd_dq,
             flash_bwd_dkv: $module::flash_bwd_dkv,
+            flash_fwd_tc: $tc,
         };
     };
 }
 
-dtype_kernels!(f32_kernels, F32, "f32");
-dtype_kernels!(bf16_kernels, BF16, "bf16");
-dtype_kernels!(f16_kernels, F16, "f16");
+dtype_kernels!(f32_kernels, F32, "f32", None);
+dtype_kernels!(bf16_kernels, BF16, "bf16", Some(atomrl_flash_fwd_tc_bf16));
+dtype_kernels!(f16_kernels, F16, "f16", Some(atomrl_flash_fwd_tc_f16));
+
+// attention.cu's tensor-core forward, for the 16-bit dtypes.
+extern "C" {
+    fn atomrl_flash_fwd_tc_bf16(
+        q: In,
+        k: In,
+        v: In,
+        pad: In,
+        first_key: *const i32,
+        o: Out,
+        stats: *mut f32,
+        f: FlashShape,
+    );
+    fn atomrl_flash_fwd_tc_f16(
+        q: In,
+        k: In,
+        v: In,
+        pad: In,
+        first_key: *const i32,
+        o: Out,
+        stats: *mut f32,
+        f: FlashShape,
+    );
+}
 
 // optim.cu: f32 only.
 extern "C" {

@@ -972,19 +972,56 @@ pub fn flash_first_key<T: Elem>(l: Launch, pad: Option<&[T]>, first_key: &mut [i
 pub fn flash_fwd<T: Elem>(
     l: Launch,
     f: Flash<'_, T>,
-    (q, k, v): (&[T], &[T], &[T]),
+    qkv: (&[T], &[T], &[T]),
     first_key: &[i32],
     o: &mut [T],
     stats: &mut [f32],
 ) {
     check_block(l, 16 * 32, "flash_fwd");
+    flash_forward(l, f, qkv, first_key, (o, stats), T::KERNELS.flash_fwd);
+}
+
+/// Whether `T` has a tensor-core FlashAttention forward ([`flash_fwd_tc`]): bf16 and f16.
+pub fn has_flash_fwd_tc<T: Elem>() -> bool {
+    T::KERNELS.flash_fwd_tc.is_some()
+}
+
+/// `atomrl_flash_fwd_tc_*` (bf16 and f16): [`flash_fwd`] with its two products on tensor cores
+/// (`nvcuda::wmma`, emulated by `sim/mma.h`); 4 warps a block.
+///
+/// # Panics
+/// For f32, which has no tensor-core forward; as [`flash_fwd`] for shapes.
+pub fn flash_fwd_tc<T: Elem>(
+    l: Launch,
+    f: Flash<'_, T>,
+    qkv: (&[T], &[T], &[T]),
+    first_key: &[i32],
+    o: &mut [T],
+    stats: &mut [f32],
+) {
+    let Some(kernel) = T::KERNELS.flash_fwd_tc else {
+        panic!("flash_fwd_tc: no tensor-core forward for this dtype (bf16 and f16 only)");
+    };
+    check_block(l, 4 * 32, "flash_fwd_tc");
+    flash_forward(l, f, qkv, first_key, (o, stats), kernel);
+}
+
+/// A FlashAttention forward `kernel` on the grid of 16-query tiles, shapes checked.
+fn flash_forward<T: Elem>(
+    l: Launch,
+    f: Flash<'_, T>,
+    (q, k, v): (&[T], &[T], &[T]),
+    first_key: &[i32],
+    (o, stats): (&mut [T], &mut [f32]),
+    kernel: ffi::FlashFwd,
+) {
     let sc = f.check(q, k, v);
     check("first_key (N)", first_key.len(), f.n);
     check("o", o.len(), q.len());
     check("stats (N·H·L·2)", stats.len(), 2 * f.n * f.heads * f.l);
     assert!(
         l.grid == (f.l.div_ceil(16).max(1) as u32, f.heads as u32, f.n as u32),
-        "flash_fwd grid {:?}",
+        "flash forward grid {:?}",
         l.grid
     );
     let (pq, pk, pv, pad, pf) = (
@@ -997,7 +1034,7 @@ pub fn flash_fwd<T: Elem>(
     let (po, pl) = (Ptr::of_mut(o), Ptr::of_mut(stats));
     // SAFETY: shapes checked above; each block writes its own query rows of o and stats.
     launch(l, &|| unsafe {
-        (T::KERNELS.flash_fwd)(
+        kernel(
             pq.get(),
             pk.get(),
             pv.get(),

@@ -11,8 +11,13 @@
 //! the host's scheduling exposes it, not proven absent; Numba's CUDA simulator,
 //! `NUMBA_ENABLE_CUDASIM`, has the same limit and takes the same approach.)
 //!
+//! Tensor-core products (`nvcuda::wmma`) come from `sim/mma.h`, in place of `<mma.h>`: every lane
+//! holds a whole 16 × 16 tile, since CUDA leaves the spread of a fragment over the warp
+//! unspecified, and a kernel may only use fragments in ways that do not depend on it.
+//!
 //! What it does not check: speed, memory coalescing, the GPU's own `expf`/`logf` (the host C
-//! library's stand in, so results agree with the GPU's to a few ulps, not bit for bit), and
+//! library's stand in, so results agree with the GPU's to a few ulps, not bit for bit), the
+//! tensor cores' own summation order, and
 //! the host code that launches the kernels on a GPU (the functions here take the same
 //! [`Launch`] that code computes; `xtask device-check` covers the rest on a GPU).
 //!

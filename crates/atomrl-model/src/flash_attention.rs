@@ -5,13 +5,14 @@
 //!
 //! Which attentions take it is [`FlashPolicy`] (`ATOMRL_FLASH_ATTENTION`): by default none;
 //! `1` every attention on CUDA the kernels can run; `long` those whose scores pass the score
-//! budget, where the tensor-op form runs in chunks of queries (`crate::attention`). Opt-in,
-//! because these kernels compute in f32 on CUDA cores, where the tensor-op form's matmuls run on
-//! bf16 tensor cores: from the shared-memory traffic of its tiles, the forward at 8 × 2,112
-//! tokens of the Qwen2.5-0.5B shape should take ~4–8 ms a layer on an H200, where cuBLAS does
-//! the same 64 GFLOP in well under 1 ms. So it saves launches and memory but is expected to
-//! lose on time until it has a tensor-core inner loop; `xtask/gpu-run.sh` (steps `flash` and
-//! `long`) measures both, and the default follows the measurement (docs/cuda.md).
+//! budget, where the tensor-op form runs in chunks of queries (`crate::attention`). In bf16 and
+//! f16 the forward's two products run on tensor cores (WMMA, f32 accumulators); f32 and the
+//! backward compute in f32 on CUDA cores. Opt-in until a GPU has timed it: from the
+//! shared-memory traffic of its tiles, the CUDA-core forward at 8 × 2,112 tokens of the
+//! Qwen2.5-0.5B shape should take ~4–8 ms a layer on an H200, where cuBLAS does the same
+//! 64 GFLOP in well under 1 ms, and the backward is still on CUDA cores; `xtask/gpu-run.sh`
+//! (steps `flash` and `long`) measures it, and the default follows the measurement
+//! (docs/cuda.md).
 // Kernel launches are FFI (`atomrl_core::launch_kernel!`) and buffers are allocated
 // uninitialised; each says what the kernel reads and writes.
 #![cfg_attr(feature = "cuda", allow(unsafe_code))]
@@ -272,11 +273,17 @@ mod cuda {
                     &si,
                     &has_pad
                 )?;
-                let f = dev.get_or_load_custom_func(&kernel("flash_fwd", dt)?, MODULE, ptx())?;
+                // bf16 and f16 take the tensor-core forward; f32 the CUDA-core one.
+                let (name, dims) = if dt == DType::F32 {
+                    ("flash_fwd", launch_dims::flash_fwd(n, h, l))
+                } else {
+                    ("flash_fwd_tc", launch_dims::flash_fwd_tc(n, h, l))
+                };
+                let f = dev.get_or_load_custom_func(&kernel(name, dt)?, MODULE, ptx())?;
                 // Launch: reads q, k, v (and pad), first_key; writes all of o and stats.
                 atomrl_core::launch_kernel!(
                     f,
-                    launch_config(launch_dims::flash_fwd(n, h, l)),
+                    launch_config(dims),
                     &q,
                     &k,
                     &v,

@@ -398,6 +398,10 @@ fn attention_softmax_kernels_match_the_cpu_kernel() {
     }
 }
 
+/// A FlashAttention forward of atomrl-cuda-sim ([`kernels::flash_fwd`] or its tensor-core form).
+type Forward<T> =
+    for<'a> fn(Launch, kernels::Flash<'a, T>, (&[T], &[T], &[T]), &[i32], &mut [T], &mut [f32]);
+
 /// attention.cu's FlashAttention against the CPU's grouped attention with the fused softmax
 /// (`crate::attention::grouped_attention`): output, and the gradients of q, k and v.
 fn check_flash<T: Host>(
@@ -469,43 +473,61 @@ fn check_flash<T: Host>(
         .collect();
     assert_eq!(first_key, want_first, "first unpadded keys");
 
-    let mut o = vec![T::default(); qs.len()];
-    let mut stats = vec![0f32; 2 * n * heads * l];
-    kernels::flash_fwd(
-        Launch::from_dims(launch_dims::flash_fwd(n, heads, l)),
-        f,
-        (&qs, &ks, &vs),
-        &first_key,
-        &mut o,
-        &mut stats,
-    );
-    assert_close::<T>(&back(&o), &o0, "flash o");
+    // The CUDA-core forward, and the tensor-core one where the dtype has it; the backward from
+    // each forward's output and stats.
+    let forwards = if kernels::has_flash_fwd_tc::<T>() {
+        &[false, true][..]
+    } else {
+        &[false][..]
+    };
+    for &tc in forwards {
+        let what = if tc { "flash (tensor cores)" } else { "flash" };
+        let mut o = vec![T::default(); qs.len()];
+        let mut stats = vec![0f32; 2 * n * heads * l];
+        let (forward, dims) = if tc {
+            let f: Forward<T> = kernels::flash_fwd_tc;
+            (f, launch_dims::flash_fwd_tc(n, heads, l))
+        } else {
+            let f: Forward<T> = kernels::flash_fwd;
+            (f, launch_dims::flash_fwd(n, heads, l))
+        };
+        let inputs = (&qs[..], &ks[..], &vs[..]);
+        forward(
+            Launch::from_dims(dims),
+            f,
+            inputs,
+            &first_key,
+            &mut o,
+            &mut stats,
+        );
+        assert_close::<T>(&back(&o), &o0, &format!("{what} o"));
 
-    let mut dq = vec![T::default(); qs.len()];
-    let mut delta = vec![0f32; n * heads * l];
-    kernels::flash_bwd_dq(
-        Launch::from_dims(launch_dims::flash_bwd_dq(n, heads, l)),
-        f,
-        (&qs, &ks, &vs),
-        (&o, &gs, &stats),
-        &first_key,
-        &mut dq,
-        &mut delta,
-    );
-    let mut dk = vec![T::default(); ks.len()];
-    let mut dv = vec![T::default(); ks.len()];
-    kernels::flash_bwd_dkv(
-        Launch::from_dims(launch_dims::flash_bwd_dkv(n, kv, s)),
-        f,
-        (&qs, &ks, &vs),
-        (&gs, &stats, &delta),
-        &first_key,
-        &mut dk,
-        &mut dv,
-    );
-    assert_close::<T>(&back(&dq), &grads[0], "flash dq");
-    assert_close::<T>(&back(&dk), &grads[1], "flash dk");
-    assert_close::<T>(&back(&dv), &grads[2], "flash dv");
+        let mut dq = vec![T::default(); qs.len()];
+        let mut delta = vec![0f32; n * heads * l];
+        kernels::flash_bwd_dq(
+            Launch::from_dims(launch_dims::flash_bwd_dq(n, heads, l)),
+            f,
+            (&qs, &ks, &vs),
+            (&o, &gs, &stats),
+            &first_key,
+            &mut dq,
+            &mut delta,
+        );
+        let mut dk = vec![T::default(); ks.len()];
+        let mut dv = vec![T::default(); ks.len()];
+        kernels::flash_bwd_dkv(
+            Launch::from_dims(launch_dims::flash_bwd_dkv(n, kv, s)),
+            f,
+            (&qs, &ks, &vs),
+            (&gs, &stats, &delta),
+            &first_key,
+            &mut dk,
+            &mut dv,
+        );
+        assert_close::<T>(&back(&dq), &grads[0], &format!("{what} dq"));
+        assert_close::<T>(&back(&dk), &grads[1], &format!("{what} dk"));
+        assert_close::<T>(&back(&dv), &grads[2], &format!("{what} dv"));
+    }
 }
 
 #[test]
@@ -526,4 +548,5 @@ fn flash_attention_kernels_match_the_cpu_attention() {
     // Right padding (keys past a row's length), causal, a head dim of the maximum, 128.
     let right: Vec<(usize, usize)> = (12..19).map(|j| (0, j)).collect();
     check_flash::<f32>([2, 3, 1, 19, 0, 128], true, &right);
+    check_flash::<bf16>([2, 3, 1, 19, 0, 128], true, &right);
 }
