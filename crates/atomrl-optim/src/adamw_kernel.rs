@@ -1,6 +1,7 @@
-//! The AdamW update in place on f32 tensors (CPU, and CUDA with the `cuda` feature: the kernel
-//! of atomrl-core's `cuda/optim.cu`): one pass over memory and no allocation, split over
-//! candle's threads on the CPU ([`crate::cpu_loops`]).
+//! The AdamW update in place on f32 tensors (CPU, and CUDA with the `cuda` feature: the
+//! multi-tensor kernel of atomrl-core's `cuda/optim.cu`, every parameter in one launch): one
+//! pass over memory and no allocation, split over candle's threads on the CPU
+//! ([`crate::cpu_loops`]).
 //!
 //! The tensor-op form allocates a new tensor for each of its ~12 ops per parameter; at
 //! Qwen2.5-0.5B's size that is ~24 GB of fresh buffers per step, each page-faulted in and
@@ -13,9 +14,10 @@
 //! where clipping first scaled every gradient in place (2 more).
 //!
 //! Candle's in-place custom ops give one tensor's storage mutably, and this update writes
-//! three. The ops below nest: the first moment's op, holding its storage, runs the second
-//! moment's op, which runs the parameter's op with both moments' elements in hand. Each level
-//! locks a different tensor, so no lock is taken twice.
+//! three. On the CPU the ops below nest: the first moment's op, holding its storage, runs the
+//! second moment's op, which runs the parameter's op with both moments' elements in hand. Each
+//! level locks a different tensor, so no lock is taken twice. (On CUDA the multi-tensor launch
+//! reads every buffer's address from a table instead; `cuda.rs`.)
 
 use std::cell::Cell;
 
