@@ -110,7 +110,9 @@ fn cuda_device(t: &Tensor, op: &str) -> Result<CudaDevice> {
 /// storage per argument, so it cannot go through candle's (in-place) custom ops, which hand a
 /// kernel one or two storages. The storages' read locks keep every buffer alive and unmoved
 /// while the launch is queued; the kernels write the parameters and moments through these
-/// addresses, which no other host thread touches during an optimizer step.
+/// addresses, which no other host thread touches during an optimizer step. A tensor listed
+/// twice (an in-place sum is both its output and its first term) is locked once: taking a
+/// read lock the thread already holds may deadlock.
 fn with_addresses<R>(
     dev: &CudaDevice,
     ts: &[&Tensor],
@@ -119,9 +121,21 @@ fn with_addresses<R>(
 ) -> Result<R> {
     use candle_core::cuda_backend::cudarc::driver::DevicePtr;
     let stream = dev.cuda_stream();
-    let held: Vec<_> = ts.iter().map(|t| t.storage_and_layout()).collect();
+    // Each tensor once, and for each of `ts` its place among them.
+    let mut place = std::collections::HashMap::with_capacity(ts.len());
+    let mut distinct: Vec<&Tensor> = Vec::with_capacity(ts.len());
+    let which: Vec<usize> = ts
+        .iter()
+        .map(|&t| {
+            *place.entry(t.id()).or_insert_with(|| {
+                distinct.push(t);
+                distinct.len() - 1
+            })
+        })
+        .collect();
+    let held: Vec<_> = distinct.iter().map(|t| t.storage_and_layout()).collect();
     let mut syncs = Vec::with_capacity(held.len());
-    let mut addresses = Vec::with_capacity(held.len());
+    let mut distinct_addresses = Vec::with_capacity(held.len());
     for (storage, layout) in &held {
         let candle_core::Storage::Cuda(s) = &**storage else {
             candle_core::bail!("{op}: CUDA tensors expected");
@@ -132,11 +146,12 @@ fn with_addresses<R>(
         let (start, end) = range(layout, "tensor")?;
         let (base, sync) = s.as_cuda_slice::<f32>()?.device_ptr(&stream);
         syncs.push(sync);
-        addresses.push((
+        distinct_addresses.push((
             base + (start * std::mem::size_of::<f32>()) as u64,
             end - start,
         ));
     }
+    let addresses: Vec<(u64, usize)> = which.iter().map(|&k| distinct_addresses[k]).collect();
     let out = f(&addresses);
     // The buffers' events (when cudarc tracks them) are recorded after the launch.
     drop(syncs);
