@@ -21,9 +21,9 @@
 #                        and each residual add apart: what the decode step's merges save)
 #   nsys-decode-kernels.txt    per-kernel GPU time of bf16 decoding at batch 64 (where nsys exists)
 #   atomrl-long.jsonl    a bf16 training step of 8 x (64 + 2,048) tokens: FlashAttention
-#                        (ATOMRL_FLASH_ATTENTION=long: past the score budget), then in chunks of
-#                        queries (the default at the GPU budget), then unchunked (the budget at
-#                        its largest), then PyTorch's (SDPA) in torch-long.json
+#                        (ATOMRL_FLASH_ATTENTION=long: past the score budget, the default in bf16),
+#                        then in chunks of queries (=0), then unchunked (the budget at its
+#                        largest), then PyTorch's (SDPA) in torch-long.json
 #   atomrl-flash.json    the bench's bf16 training step with ATOMRL_FLASH_ATTENTION=1 (FlashAttention
 #                        at 320 tokens too, against the tensor-op attention of atomrl-bench.json)
 # STEPS lists the steps to run (default all): device-check bench eager-decode unmerged-decode
@@ -169,7 +169,7 @@ PYTHONUNBUFFERED=1 timeout "${T15:-60}" python3 gpu/bench_torch_gpu.py --device 
 want flash && {
 log atomrl-flash
 # FlashAttention for every attention (ATOMRL_FLASH_ATTENTION=1): the training step at the bench's
-# 320 tokens, where the default keeps cuBLAS's tensor-op attention.
+# 320 tokens, below the score budget, where the default keeps cuBLAS's tensor-op attention.
 ATOMRL_FLASH_ATTENTION=1 timeout "${T16:-60}" $X bench $SHAPE --dtypes bf16 --skip-decode --json "$OUT/atomrl-flash.json" >> "$L" 2>&1; echo "rc=$?" >> "$L"
 }
 log end

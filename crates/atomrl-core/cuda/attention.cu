@@ -13,8 +13,8 @@
 // that sees only padding spreads over the whole row (first_key, below), as the plain softmax does.
 //
 // Every block handles one tile of 32 keys at a time, a key per lane, in f32; in bf16 and f16 the
-// forward's products run on tensor cores (flash_fwd_tc). Head dims up to FA_MAX_D; larger heads
-// take the tensor-op attention (atomrl-model decides).
+// products run on tensor cores (flash_fwd_tc, flash_bwd_dq_tc, flash_bwd_dkv_tc). Head dims up
+// to FA_MAX_D; larger heads take the tensor-op attention (atomrl-model decides).
 
 #include "common.cuh"
 
@@ -181,6 +181,22 @@ __device__ void flash_fwd(const T *q, const T *k, const T *v, const T *pad, cons
     }
 }
 
+// Rows r0..r0 + rows of the [·, d] matrices a and b (from row `base`) into shared tiles in the
+// dtype, zeros past row `limit` and column d (up to d16), by the whole block.
+template <typename T, int ROWS>
+__device__ __forceinline__ void fa_tc_load(const T *a, const T *b, size_t base, int r0, int limit,
+                                           int d, int d16, T (*ta)[FA_MAX_D],
+                                           T (*tb)[FA_MAX_D]) {
+    const T zero = from_f<T>(0.0f);
+    for (int e = threadIdx.x; e < ROWS * d16; e += blockDim.x) {
+        const int r = e / d16, c = e % d16;
+        const bool in = r0 + r < limit && c < d;
+        const size_t at = (base + (size_t)(r0 + r)) * d + c;
+        ta[r][c] = in ? a[at] : zero;
+        tb[r][c] = in ? b[at] : zero;
+    }
+}
+
 // Forward on tensor cores (bf16 and f16): flash_fwd's online softmax, with q·kᵀ and p·v as
 // 16 × 16 × 16 WMMA products (f32 accumulators) in place of the lanes' f32 dot products. Grid
 // (⌈L / 16⌉, H, N), 4 warps; a tile of 32 keys at a time: warps 0 and 1 take 16 keys' scores each,
@@ -226,13 +242,7 @@ __device__ void flash_fwd_tc(const T *q, const T *k, const T *v, const T *pad,
     const size_t base = (n * f.kv_heads + g) * (size_t)f.s;
     for (int t0 = 0; t0 < kend; t0 += FA_KEYS) {
         __syncthreads();  // the last tile's readers are done; qs, os and the stats are written
-        for (int e = threadIdx.x; e < FA_KEYS * d16; e += blockDim.x) {
-            const int j = e / d16, c = e % d16;
-            const bool in = t0 + j < f.s && c < d;
-            const size_t at = (base + (size_t)(t0 + j)) * d + c;
-            ks[j][c] = in ? k[at] : zero;
-            vs[j][c] = in ? v[at] : zero;
-        }
+        fa_tc_load<T, FA_KEYS>(k, v, base, t0, f.s, d, d16, ks, vs);
         __syncthreads();
         if (w < FA_KEYS / 16) {
             Acc acc;
@@ -450,6 +460,239 @@ __device__ void flash_bwd_dkv(const T *q, const T *k, const T *v, const T *dout,
     }
 }
 
+// Backward on tensor cores (bf16 and f16), FlashAttention-2's split as flash_bwd_dq and
+// flash_bwd_dkv, with the four products of a tile as 16 × 16 × 16 WMMA products (f32
+// accumulators) in place of the lanes' f32 dot products. Each block takes 16 rows (queries for
+// dq, keys for dk and dv) and 4 warps: per tile of 32 columns, warps 0 and 1 take the scores'
+// two 16-column halves and warps 2 and 3 those of dO·vᵀ; then every warp makes P and dS for 4
+// rows (a column a lane, in f32, as the CUDA-core kernels do); then each warp adds its 16-column
+// tiles of the gradients, whose accumulators stay in the warp's fragments across the whole loop
+// (no rescaling here, unlike the forward's O). P and dS are rounded to the dtype for their
+// products, as FlashAttention-2 does.
+#define FA_TC_ROWS 16
+// Output column tiles a warp holds: dq's FA_MAX_D / 16 over 4 warps, dk's and dv's twice that.
+#define FA_TC_DQ_SLOTS (FA_MAX_D / 16 / FA_TC_WARPS)
+#define FA_TC_DKV_SLOTS (2 * FA_TC_DQ_SLOTS)
+
+// The two products of a tile that every warp takes a quarter of: warps 0 and 1 write the
+// 16-column halves of x·yᵀ into xy, warps 2 and 3 those of u·wᵀ into uw; x and u are 16 rows,
+// y and w 32 (all [·, d16] in shared memory, row-major with stride FA_MAX_D).
+template <typename T>
+__device__ __forceinline__ void fa_tc_scores(const T (*x)[FA_MAX_D], const T (*y)[FA_MAX_D],
+                                             const T (*u)[FA_MAX_D], const T (*w)[FA_MAX_D],
+                                             int d16, float (*xy)[FA_KEYS],
+                                             float (*uw)[FA_KEYS]) {
+    using namespace nvcuda;
+    const int warp = threadIdx.x >> 5, half = warp & 1;
+    const T(*a)[FA_MAX_D] = warp < 2 ? x : u;
+    const T(*b)[FA_MAX_D] = warp < 2 ? y : w;
+    float(*out)[FA_KEYS] = warp < 2 ? xy : uw;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    for (int c0 = 0; c0 < d16; c0 += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
+        wmma::load_matrix_sync(fa, &a[0][c0], FA_MAX_D);
+        wmma::load_matrix_sync(fb, &b[16 * half][c0], FA_MAX_D);
+        wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(&out[0][16 * half], acc, FA_KEYS, wmma::mem_row_major);
+}
+
+// acc += a·b for a [16, 32] (row-major, stride FA_KEYS) and the 16 columns from c0 of a
+// [32, ·] b (row-major, stride FA_MAX_D).
+template <typename T>
+__device__ __forceinline__ void fa_tc_add_product(
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> &acc,
+    const T (*a)[FA_KEYS], const T (*b)[FA_MAX_D], int c0) {
+    using namespace nvcuda;
+    for (int k0 = 0; k0 < FA_KEYS; k0 += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
+        wmma::load_matrix_sync(fa, &a[0][k0], FA_KEYS);
+        wmma::load_matrix_sync(fb, &b[k0][c0], FA_MAX_D);
+        wmma::mma_sync(acc, fa, fb, acc);
+    }
+}
+
+// Backward, queries, on tensor cores: flash_bwd_dq's delta and dq. Grid (⌈L / 16⌉, H, N), 4
+// warps.
+template <typename T>
+__device__ void flash_bwd_dq_tc(const T *q, const T *k, const T *v, const T *o, const T *dout,
+                                const float *stats, const T *pad, const int *first_key, T *dq,
+                                float *delta, const FlashShape f) {
+    using namespace nvcuda;
+    typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> Acc;
+    __shared__ __align__(32) T qs[FA_TC_ROWS][FA_MAX_D];
+    __shared__ __align__(32) T dos[FA_TC_ROWS][FA_MAX_D];
+    __shared__ __align__(32) T ks[FA_KEYS][FA_MAX_D];
+    __shared__ __align__(32) T vs[FA_KEYS][FA_MAX_D];
+    __shared__ __align__(32) float ss[FA_TC_ROWS][FA_KEYS];
+    __shared__ __align__(32) float dps[FA_TC_ROWS][FA_KEYS];
+    __shared__ __align__(32) T ds_s[FA_TC_ROWS][FA_KEYS];
+    __shared__ __align__(32) float out[FA_TC_ROWS][FA_MAX_D];
+    __shared__ float m_s[FA_TC_ROWS], log_s[FA_TC_ROWS], delta_s[FA_TC_ROWS];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, d = f.d;
+    const int d16 = (d + 15) & ~15;
+    const int h = blockIdx.y;
+    const size_t n = blockIdx.z;
+    const size_t g = h / (f.heads / f.kv_heads);
+    const int i0 = blockIdx.x * FA_TC_ROWS;
+    const int fk = first_key[n];
+    const int kend = fa_block_key_end(i0, FA_TC_ROWS, f, fk);
+    const size_t qbase = (n * f.heads + h) * (size_t)f.l;
+    fa_tc_load<T, FA_TC_ROWS>(q, dout, qbase, i0, f.l, d, d16, qs, dos);
+    // delta as flash_bwd_dq sums it (lanes over columns, then the warp), from the inputs.
+    for (int r = w; r < FA_TC_ROWS; r += FA_TC_WARPS) {
+        const int i = i0 + r;
+        const bool valid = i < f.l;
+        const size_t row = qbase + (valid ? i : 0);
+        float dd = 0.0f;
+        for (int c = lane; c < d; c += 32)
+            dd += valid ? to_f(dout[row * d + c]) * to_f(o[row * d + c]) : 0.0f;
+        dd = fa_warp_sum(dd);
+        if (lane == 0) {
+            if (valid) delta[row] = dd;
+            delta_s[r] = dd;
+            m_s[r] = valid ? stats[2 * row] : 0.0f;
+            log_s[r] = valid ? stats[2 * row + 1] : 0.0f;
+        }
+    }
+    const T *pad_row = pad + (f.has_pad ? n * f.s : 0);
+    const size_t base = (n * f.kv_heads + g) * (size_t)f.s;
+    Acc acc[FA_TC_DQ_SLOTS];
+#pragma unroll
+    for (int u = 0; u < FA_TC_DQ_SLOTS; ++u) wmma::fill_fragment(acc[u], 0.0f);
+    for (int t0 = 0; t0 < kend; t0 += FA_KEYS) {
+        __syncthreads();  // the last tile's readers are done; qs, dos and the row stats are written
+        fa_tc_load<T, FA_KEYS>(k, v, base, t0, f.s, d, d16, ks, vs);
+        __syncthreads();
+        fa_tc_scores<T>(qs, ks, dos, vs, d16, ss, dps);
+        __syncthreads();
+        for (int r = w; r < FA_TC_ROWS; r += FA_TC_WARPS) {
+            const int i = i0 + r, j = t0 + lane;
+            const int end = i < f.l ? fa_end(i, f, fk) : 0;
+            float ds = 0.0f;
+            if (j < end) {
+                const float x = fa_score(ss[r][lane], pad_row, j, i, f);
+                const float p = fa_exp((x - m_s[r]) - log_s[r]);
+                ds = f.scale * (p * (dps[r][lane] - delta_s[r]));
+            }
+            ds_s[r][lane] = from_f<T>(ds);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int u = 0; u < FA_TC_DQ_SLOTS; ++u) {
+            const int ct = w + FA_TC_WARPS * u;
+            if (16 * ct < d16) fa_tc_add_product<T>(acc[u], ds_s, ks, 16 * ct);
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < FA_TC_DQ_SLOTS; ++u) {
+        const int ct = w + FA_TC_WARPS * u;
+        if (16 * ct < d16)
+            wmma::store_matrix_sync(&out[0][16 * ct], acc[u], FA_MAX_D, wmma::mem_row_major);
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < FA_TC_ROWS * d; e += blockDim.x) {
+        const int r = e / d, c = e % d, i = i0 + r;
+        if (i < f.l) dq[(qbase + i) * d + c] = from_f<T>(out[r][c]);
+    }
+}
+
+// Backward, keys, on tensor cores: flash_bwd_dkv's dk and dv, over the query heads of the
+// key's group and the tiles of 32 queries that see a key of the block. Grid (⌈S / 16⌉, KV, N),
+// 4 warps. Reads delta from flash_bwd_dq_tc (or flash_bwd_dq), which must run first.
+template <typename T>
+__device__ void flash_bwd_dkv_tc(const T *q, const T *k, const T *v, const T *dout,
+                                 const float *stats, const float *delta, const T *pad,
+                                 const int *first_key, T *dk, T *dv, const FlashShape f) {
+    using namespace nvcuda;
+    typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> Acc;
+    __shared__ __align__(32) T kown[FA_TC_ROWS][FA_MAX_D];
+    __shared__ __align__(32) T vown[FA_TC_ROWS][FA_MAX_D];
+    __shared__ __align__(32) T qs[FA_KEYS][FA_MAX_D];
+    __shared__ __align__(32) T dos[FA_KEYS][FA_MAX_D];
+    // Transposed scores and dO·vᵀ: a row per key, a column per query.
+    __shared__ __align__(32) float st[FA_TC_ROWS][FA_KEYS];
+    __shared__ __align__(32) float dpt[FA_TC_ROWS][FA_KEYS];
+    __shared__ __align__(32) T pt[FA_TC_ROWS][FA_KEYS];
+    __shared__ __align__(32) T dst[FA_TC_ROWS][FA_KEYS];
+    __shared__ __align__(32) float out[FA_TC_ROWS][FA_MAX_D];
+    __shared__ float m_s[FA_KEYS], log_s[FA_KEYS], delta_s[FA_KEYS];
+    __shared__ int end_s[FA_KEYS];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, d = f.d;
+    const int d16 = (d + 15) & ~15, tiles = d16 / 16;
+    const size_t g = blockIdx.y, n = blockIdx.z;
+    const int group = f.heads / f.kv_heads;
+    const int j0 = blockIdx.x * FA_TC_ROWS;
+    const int fk = first_key[n];
+    const size_t kbase = (n * f.kv_heads + g) * (size_t)f.s;
+    fa_tc_load<T, FA_TC_ROWS>(k, v, kbase, j0, f.s, d, d16, kown, vown);
+    const T *pad_row = pad + (f.has_pad ? n * f.s : 0);
+    // Slot u of warp w holds column tile w + 4u of [dv | dk] (dv's tiles first).
+    Acc acc[FA_TC_DKV_SLOTS];
+#pragma unroll
+    for (int u = 0; u < FA_TC_DKV_SLOTS; ++u) wmma::fill_fragment(acc[u], 0.0f);
+    for (int hh = (int)g * group; hh < ((int)g + 1) * group; ++hh) {
+        const size_t qbase = (n * f.heads + hh) * (size_t)f.l;
+        for (int i0 = 0; i0 < f.l; i0 += FA_KEYS) {
+            // Skip a tile none of whose queries sees a key of this block (the same choice on
+            // every thread, so the barriers below stay uniform).
+            if (fa_block_key_end(i0, FA_KEYS, f, fk) <= j0) continue;
+            __syncthreads();  // the last tile's readers are done; kown and vown are written
+            fa_tc_load<T, FA_KEYS>(q, dout, qbase, i0, f.l, d, d16, qs, dos);
+            if (threadIdx.x < FA_KEYS) {
+                const int r = threadIdx.x, i = i0 + r;
+                const bool in = i < f.l;
+                m_s[r] = in ? stats[2 * (qbase + i)] : 0.0f;
+                log_s[r] = in ? stats[2 * (qbase + i) + 1] : 0.0f;
+                delta_s[r] = in ? delta[qbase + i] : 0.0f;
+                end_s[r] = in ? fa_end(i, f, fk) : 0;
+            }
+            __syncthreads();
+            fa_tc_scores<T>(kown, qs, vown, dos, d16, st, dpt);
+            __syncthreads();
+            for (int r = w; r < FA_TC_ROWS; r += FA_TC_WARPS) {
+                const int j = j0 + r, i = i0 + lane;
+                float p = 0.0f, ds = 0.0f;
+                if (j < end_s[lane]) {  // end_s ≤ S: a key past S is never taken
+                    const float x = fa_score(st[r][lane], pad_row, j, i, f);
+                    p = fa_exp((x - m_s[lane]) - log_s[lane]);
+                    ds = f.scale * (p * (dpt[r][lane] - delta_s[lane]));
+                }
+                pt[r][lane] = from_f<T>(p);
+                dst[r][lane] = from_f<T>(ds);
+            }
+            __syncthreads();
+#pragma unroll
+            for (int u = 0; u < FA_TC_DKV_SLOTS; ++u) {
+                const int t = w + FA_TC_WARPS * u;
+                if (t < tiles)
+                    fa_tc_add_product<T>(acc[u], pt, dos, 16 * t);
+                else if (t < 2 * tiles)
+                    fa_tc_add_product<T>(acc[u], dst, qs, 16 * (t - tiles));
+            }
+        }
+    }
+    // dv's tiles, then dk's, through the same shared buffer.
+    for (int pass = 0; pass < 2; ++pass) {
+        __syncthreads();  // the loop's readers (or the last pass's writers) are done
+#pragma unroll
+        for (int u = 0; u < FA_TC_DKV_SLOTS; ++u) {
+            const int t = w + FA_TC_WARPS * u - pass * tiles;
+            if (t >= 0 && t < tiles)
+                wmma::store_matrix_sync(&out[0][16 * t], acc[u], FA_MAX_D, wmma::mem_row_major);
+        }
+        __syncthreads();
+        T *grad = pass == 0 ? dv : dk;
+        for (int e = threadIdx.x; e < FA_TC_ROWS * d; e += blockDim.x) {
+            const int r = e / d, c = e % d, j = j0 + r;
+            if (j < f.s) grad[(kbase + j) * d + c] = from_f<T>(out[r][c]);
+        }
+    }
+}
+
 // ---- Entry points, one per dtype: NAME_f32, NAME_bf16, NAME_f16.
 
 #define ENTRIES(T, SUFFIX)                                                                        \
@@ -473,12 +716,22 @@ __device__ void flash_bwd_dkv(const T *q, const T *k, const T *v, const T *dout,
         flash_bwd_dkv<T>(q, k, v, dout, stats, delta, pad, first_key, dk, dv, f);                  \
     }
 
-// The tensor-core forward, for the 16-bit dtypes.
+// The tensor-core forward and backward, for the 16-bit dtypes.
 #define TC_ENTRIES(T, SUFFIX)                                                                     \
     extern "C" __global__ void atomrl_flash_fwd_tc_##SUFFIX(const T *q, const T *k, const T *v,   \
                                                             const T *pad, const int *first_key,   \
                                                             T *o, float *stats, FlashShape f) {   \
         flash_fwd_tc<T>(q, k, v, pad, first_key, o, stats, f);                                     \
+    }                                                                                              \
+    extern "C" __global__ void atomrl_flash_bwd_dq_tc_##SUFFIX(                                    \
+        const T *q, const T *k, const T *v, const T *o, const T *dout, const float *stats,        \
+        const T *pad, const int *first_key, T *dq, float *delta, FlashShape f) {                  \
+        flash_bwd_dq_tc<T>(q, k, v, o, dout, stats, pad, first_key, dq, delta, f);                 \
+    }                                                                                              \
+    extern "C" __global__ void atomrl_flash_bwd_dkv_tc_##SUFFIX(                                   \
+        const T *q, const T *k, const T *v, const T *dout, const float *stats,                    \
+        const float *delta, const T *pad, const int *first_key, T *dk, T *dv, FlashShape f) {     \
+        flash_bwd_dkv_tc<T>(q, k, v, dout, stats, delta, pad, first_key, dk, dv, f);               \
     }
 
 ENTRIES(float, f32)

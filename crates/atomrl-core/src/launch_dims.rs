@@ -146,6 +146,24 @@ pub fn flash_bwd_dq(n: usize, heads: usize, l: usize) -> Dims {
     )
 }
 
+/// Rows (queries for dq, keys for dk and dv) of a tensor-core FlashAttention backward block
+/// (`FA_TC_ROWS`).
+pub const FLASH_TC_ROWS: usize = 16;
+
+/// `atomrl_flash_bwd_dq_tc_*` (bf16, f16): tiles of [`FLASH_TC_ROWS`] queries,
+/// [`FLASH_TC_WARPS`] warps a block.
+///
+/// ```
+/// assert_eq!(atomrl_core::launch_dims::flash_bwd_dq_tc(2, 14, 40), ([3, 14, 2], [128, 1, 1]));
+/// ```
+pub fn flash_bwd_dq_tc(n: usize, heads: usize, l: usize) -> Dims {
+    let tiles = l.div_ceil(FLASH_TC_ROWS).max(1) as u32;
+    (
+        [tiles, heads as u32, n as u32],
+        [FLASH_TC_WARPS as u32 * 32, 1, 1],
+    )
+}
+
 /// `atomrl_flash_bwd_dkv_*` over `k, v [n, kv_heads, s, d]`: block `(t, g, n)` for the tile
 /// `t` of [`FLASH_KV_ROWS`] keys of key/value head `g`, a warp per key.
 ///
@@ -157,5 +175,19 @@ pub fn flash_bwd_dkv(n: usize, kv_heads: usize, s: usize) -> Dims {
     (
         [tiles, kv_heads as u32, n as u32],
         [FLASH_KV_ROWS as u32 * 32, 1, 1],
+    )
+}
+
+/// `atomrl_flash_bwd_dkv_tc_*` (bf16, f16): tiles of [`FLASH_TC_ROWS`] keys, [`FLASH_TC_WARPS`]
+/// warps a block.
+///
+/// ```
+/// assert_eq!(atomrl_core::launch_dims::flash_bwd_dkv_tc(2, 2, 40), ([3, 2, 2], [128, 1, 1]));
+/// ```
+pub fn flash_bwd_dkv_tc(n: usize, kv_heads: usize, s: usize) -> Dims {
+    let tiles = s.div_ceil(FLASH_TC_ROWS).max(1) as u32;
+    (
+        [tiles, kv_heads as u32, n as u32],
+        [FLASH_TC_WARPS as u32 * 32, 1, 1],
     )
 }

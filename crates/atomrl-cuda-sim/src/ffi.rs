@@ -51,38 +51,11 @@ pub(crate) struct Kernels {
         unsafe extern "C" fn(In, i32, u32, u32, *const u32, u32, f32, i32, i32, *mut PickState),
     pub pick_finish: unsafe extern "C" fn(In, *const PickState, i32, i32, f32, i32, *mut u32),
     pub flash_first_key: unsafe extern "C" fn(In, *mut i32, i32, i32),
-    #[allow(clippy::type_complexity)]
     pub flash_fwd: FlashFwd,
-    /// The tensor-core forward (`atomrl_flash_fwd_tc_*`): the 16-bit dtypes only.
-    pub flash_fwd_tc: Option<FlashFwd>,
-    #[allow(clippy::type_complexity)]
-    pub flash_bwd_dq: unsafe extern "C" fn(
-        In,
-        In,
-        In,
-        In,
-        In,
-        *const f32,
-        In,
-        *const i32,
-        Out,
-        *mut f32,
-        FlashShape,
-    ),
-    #[allow(clippy::type_complexity)]
-    pub flash_bwd_dkv: unsafe extern "C" fn(
-        In,
-        In,
-        In,
-        In,
-        *const f32,
-        *const f32,
-        In,
-        *const i32,
-        Out,
-        Out,
-        FlashShape,
-    ),
+    pub flash_bwd_dq: FlashBwdDq,
+    pub flash_bwd_dkv: FlashBwdDkv,
+    /// The tensor-core FlashAttention kernels (`atomrl_flash_*_tc_*`): the 16-bit dtypes only.
+    pub flash_tc: Option<FlashTc>,
 }
 
 /// attention.cu's `FlashShape`: the scalar arguments of every FlashAttention kernel.
@@ -129,6 +102,33 @@ pub struct PickState {
 /// The signature of `atomrl_flash_fwd_*` and `atomrl_flash_fwd_tc_*`.
 pub(crate) type FlashFwd =
     unsafe extern "C" fn(In, In, In, In, *const i32, Out, *mut f32, FlashShape);
+
+/// The signature of `atomrl_flash_bwd_dq_*` and `atomrl_flash_bwd_dq_tc_*`.
+pub(crate) type FlashBwdDq =
+    unsafe extern "C" fn(In, In, In, In, In, *const f32, In, *const i32, Out, *mut f32, FlashShape);
+
+/// The signature of `atomrl_flash_bwd_dkv_*` and `atomrl_flash_bwd_dkv_tc_*`.
+pub(crate) type FlashBwdDkv = unsafe extern "C" fn(
+    In,
+    In,
+    In,
+    In,
+    *const f32,
+    *const f32,
+    In,
+    *const i32,
+    Out,
+    Out,
+    FlashShape,
+);
+
+/// attention.cu's tensor-core FlashAttention kernels for one 16-bit dtype.
+#[derive(Clone, Copy)]
+pub(crate) struct FlashTc {
+    pub fwd: FlashFwd,
+    pub bwd_dq: FlashBwdDq,
+    pub bwd_dkv: FlashBwdDkv,
+}
 
 macro_rules! dtype_kernels {
     ($module:ident, $table:ident, $suffix:literal, $tc:expr) => {
@@ -330,16 +330,34 @@ macro_rules! dtype_kernels {
             flash_fwd: $module::flash_fwd,
             flash_bwd_dq: $module::flash_bwd_dq,
             flash_bwd_dkv: $module::flash_bwd_dkv,
-            flash_fwd_tc: $tc,
+            flash_tc: $tc,
         };
     };
 }
 
 dtype_kernels!(f32_kernels, F32, "f32", None);
-dtype_kernels!(bf16_kernels, BF16, "bf16", Some(atomrl_flash_fwd_tc_bf16));
-dtype_kernels!(f16_kernels, F16, "f16", Some(atomrl_flash_fwd_tc_f16));
+dtype_kernels!(
+    bf16_kernels,
+    BF16,
+    "bf16",
+    Some(FlashTc {
+        fwd: atomrl_flash_fwd_tc_bf16,
+        bwd_dq: atomrl_flash_bwd_dq_tc_bf16,
+        bwd_dkv: atomrl_flash_bwd_dkv_tc_bf16,
+    })
+);
+dtype_kernels!(
+    f16_kernels,
+    F16,
+    "f16",
+    Some(FlashTc {
+        fwd: atomrl_flash_fwd_tc_f16,
+        bwd_dq: atomrl_flash_bwd_dq_tc_f16,
+        bwd_dkv: atomrl_flash_bwd_dkv_tc_f16,
+    })
+);
 
-// attention.cu's tensor-core forward, for the 16-bit dtypes.
+// attention.cu's tensor-core kernels, for the 16-bit dtypes.
 extern "C" {
     fn atomrl_flash_fwd_tc_bf16(
         q: In,
@@ -351,6 +369,32 @@ extern "C" {
         stats: *mut f32,
         f: FlashShape,
     );
+    fn atomrl_flash_bwd_dq_tc_bf16(
+        q: In,
+        k: In,
+        v: In,
+        o: In,
+        dout: In,
+        stats: *const f32,
+        pad: In,
+        first_key: *const i32,
+        dq: Out,
+        delta: *mut f32,
+        f: FlashShape,
+    );
+    fn atomrl_flash_bwd_dkv_tc_bf16(
+        q: In,
+        k: In,
+        v: In,
+        dout: In,
+        stats: *const f32,
+        delta: *const f32,
+        pad: In,
+        first_key: *const i32,
+        dk: Out,
+        dv: Out,
+        f: FlashShape,
+    );
     fn atomrl_flash_fwd_tc_f16(
         q: In,
         k: In,
@@ -359,6 +403,32 @@ extern "C" {
         first_key: *const i32,
         o: Out,
         stats: *mut f32,
+        f: FlashShape,
+    );
+    fn atomrl_flash_bwd_dq_tc_f16(
+        q: In,
+        k: In,
+        v: In,
+        o: In,
+        dout: In,
+        stats: *const f32,
+        pad: In,
+        first_key: *const i32,
+        dq: Out,
+        delta: *mut f32,
+        f: FlashShape,
+    );
+    fn atomrl_flash_bwd_dkv_tc_f16(
+        q: In,
+        k: In,
+        v: In,
+        dout: In,
+        stats: *const f32,
+        delta: *const f32,
+        pad: In,
+        first_key: *const i32,
+        dk: Out,
+        dv: Out,
         f: FlashShape,
     );
 }

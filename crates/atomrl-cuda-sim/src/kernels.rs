@@ -981,9 +981,18 @@ pub fn flash_fwd<T: Elem>(
     flash_forward(l, f, qkv, first_key, (o, stats), T::KERNELS.flash_fwd);
 }
 
-/// Whether `T` has a tensor-core FlashAttention forward ([`flash_fwd_tc`]): bf16 and f16.
-pub fn has_flash_fwd_tc<T: Elem>() -> bool {
-    T::KERNELS.flash_fwd_tc.is_some()
+/// Whether `T` has tensor-core FlashAttention kernels ([`flash_fwd_tc`], [`flash_bwd_dq_tc`],
+/// [`flash_bwd_dkv_tc`]): bf16 and f16.
+pub fn has_flash_tc<T: Elem>() -> bool {
+    T::KERNELS.flash_tc.is_some()
+}
+
+/// `T`'s tensor-core FlashAttention kernels, or a panic naming `what`.
+fn flash_tc<T: Elem>(what: &str) -> ffi::FlashTc {
+    match T::KERNELS.flash_tc {
+        Some(tc) => tc,
+        None => panic!("{what}: no tensor-core kernel for this dtype (bf16 and f16 only)"),
+    }
 }
 
 /// `atomrl_flash_fwd_tc_*` (bf16 and f16): [`flash_fwd`] with its two products on tensor cores
@@ -999,9 +1008,7 @@ pub fn flash_fwd_tc<T: Elem>(
     o: &mut [T],
     stats: &mut [f32],
 ) {
-    let Some(kernel) = T::KERNELS.flash_fwd_tc else {
-        panic!("flash_fwd_tc: no tensor-core forward for this dtype (bf16 and f16 only)");
-    };
+    let kernel = flash_tc::<T>("flash_fwd_tc").fwd;
     check_block(l, 4 * 32, "flash_fwd_tc");
     flash_forward(l, f, qkv, first_key, (o, stats), kernel);
 }
@@ -1052,13 +1059,48 @@ fn flash_forward<T: Elem>(
 pub fn flash_bwd_dq<T: Elem>(
     l: Launch,
     f: Flash<'_, T>,
-    (q, k, v): (&[T], &[T], &[T]),
-    (o, dout, stats): (&[T], &[T], &[f32]),
+    qkv: (&[T], &[T], &[T]),
+    saved: (&[T], &[T], &[f32]),
     first_key: &[i32],
     dq: &mut [T],
     delta: &mut [f32],
 ) {
     check_block(l, 8 * 32, "flash_bwd_dq");
+    let kernel = T::KERNELS.flash_bwd_dq;
+    flash_backward_queries(l, 8, f, qkv, saved, first_key, (dq, delta), kernel);
+}
+
+/// `atomrl_flash_bwd_dq_tc_*` (bf16 and f16): [`flash_bwd_dq`] with its products on tensor
+/// cores, 16 queries and 4 warps a block (`launch_dims::flash_bwd_dq_tc`).
+///
+/// # Panics
+/// For f32, which has no tensor-core kernels; as [`flash_bwd_dq`] for shapes.
+pub fn flash_bwd_dq_tc<T: Elem>(
+    l: Launch,
+    f: Flash<'_, T>,
+    qkv: (&[T], &[T], &[T]),
+    saved: (&[T], &[T], &[f32]),
+    first_key: &[i32],
+    dq: &mut [T],
+    delta: &mut [f32],
+) {
+    let kernel = flash_tc::<T>("flash_bwd_dq_tc").bwd_dq;
+    check_block(l, 4 * 32, "flash_bwd_dq_tc");
+    flash_backward_queries(l, 16, f, qkv, saved, first_key, (dq, delta), kernel);
+}
+
+/// A FlashAttention dq `kernel` on the grid of `rows`-query tiles, shapes checked.
+#[allow(clippy::too_many_arguments)]
+fn flash_backward_queries<T: Elem>(
+    l: Launch,
+    rows: usize,
+    f: Flash<'_, T>,
+    (q, k, v): (&[T], &[T], &[T]),
+    (o, dout, stats): (&[T], &[T], &[f32]),
+    first_key: &[i32],
+    (dq, delta): (&mut [T], &mut [f32]),
+    kernel: ffi::FlashBwdDq,
+) {
     let sc = f.check(q, k, v);
     check("first_key (N)", first_key.len(), f.n);
     check("o", o.len(), q.len());
@@ -1067,8 +1109,8 @@ pub fn flash_bwd_dq<T: Elem>(
     check("dq", dq.len(), q.len());
     check("delta (N·H·L)", delta.len(), f.n * f.heads * f.l);
     assert!(
-        l.grid == (f.l.div_ceil(8).max(1) as u32, f.heads as u32, f.n as u32),
-        "flash_bwd_dq grid {:?}",
+        l.grid == (f.l.div_ceil(rows).max(1) as u32, f.heads as u32, f.n as u32),
+        "flash dq grid {:?}",
         l.grid
     );
     let (pq, pk, pv, po, pdo, pl) = (
@@ -1087,7 +1129,7 @@ pub fn flash_bwd_dq<T: Elem>(
     );
     // SAFETY: shapes checked above; each block writes its own query rows of dq and delta.
     launch(l, &|| unsafe {
-        (T::KERNELS.flash_bwd_dq)(
+        kernel(
             pq.get(),
             pk.get(),
             pv.get(),
@@ -1108,13 +1150,48 @@ pub fn flash_bwd_dq<T: Elem>(
 pub fn flash_bwd_dkv<T: Elem>(
     l: Launch,
     f: Flash<'_, T>,
-    (q, k, v): (&[T], &[T], &[T]),
-    (dout, stats, delta): (&[T], &[f32], &[f32]),
+    qkv: (&[T], &[T], &[T]),
+    saved: (&[T], &[f32], &[f32]),
     first_key: &[i32],
     dk: &mut [T],
     dv: &mut [T],
 ) {
     check_block(l, 8 * 32, "flash_bwd_dkv");
+    let kernel = T::KERNELS.flash_bwd_dkv;
+    flash_backward_keys(l, 8, f, qkv, saved, first_key, (dk, dv), kernel);
+}
+
+/// `atomrl_flash_bwd_dkv_tc_*` (bf16 and f16): [`flash_bwd_dkv`] with its products on tensor
+/// cores, 16 keys and 4 warps a block (`launch_dims::flash_bwd_dkv_tc`).
+///
+/// # Panics
+/// For f32, which has no tensor-core kernels; as [`flash_bwd_dkv`] for shapes.
+pub fn flash_bwd_dkv_tc<T: Elem>(
+    l: Launch,
+    f: Flash<'_, T>,
+    qkv: (&[T], &[T], &[T]),
+    saved: (&[T], &[f32], &[f32]),
+    first_key: &[i32],
+    dk: &mut [T],
+    dv: &mut [T],
+) {
+    let kernel = flash_tc::<T>("flash_bwd_dkv_tc").bwd_dkv;
+    check_block(l, 4 * 32, "flash_bwd_dkv_tc");
+    flash_backward_keys(l, 16, f, qkv, saved, first_key, (dk, dv), kernel);
+}
+
+/// A FlashAttention dk/dv `kernel` on the grid of `rows`-key tiles, shapes checked.
+#[allow(clippy::too_many_arguments)]
+fn flash_backward_keys<T: Elem>(
+    l: Launch,
+    rows: usize,
+    f: Flash<'_, T>,
+    (q, k, v): (&[T], &[T], &[T]),
+    (dout, stats, delta): (&[T], &[f32], &[f32]),
+    first_key: &[i32],
+    (dk, dv): (&mut [T], &mut [T]),
+    kernel: ffi::FlashBwdDkv,
+) {
     let sc = f.check(q, k, v);
     check("first_key (N)", first_key.len(), f.n);
     check("dout", dout.len(), q.len());
@@ -1123,8 +1200,13 @@ pub fn flash_bwd_dkv<T: Elem>(
     check("dk", dk.len(), k.len());
     check("dv", dv.len(), k.len());
     assert!(
-        l.grid == (f.s.div_ceil(8).max(1) as u32, f.kv_heads as u32, f.n as u32),
-        "flash_bwd_dkv grid {:?}",
+        l.grid
+            == (
+                f.s.div_ceil(rows).max(1) as u32,
+                f.kv_heads as u32,
+                f.n as u32
+            ),
+        "flash dk/dv grid {:?}",
         l.grid
     );
     let (pq, pk, pv, pdo, pl, pd) = (
@@ -1143,7 +1225,7 @@ pub fn flash_bwd_dkv<T: Elem>(
     );
     // SAFETY: shapes checked above; each block writes its own keys of dk and dv.
     launch(l, &|| unsafe {
-        (T::KERNELS.flash_bwd_dkv)(
+        kernel(
             pq.get(),
             pk.get(),
             pv.get(),

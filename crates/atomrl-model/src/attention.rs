@@ -24,9 +24,9 @@
 //! the plain form runs, unchanged.
 //!
 //! On CUDA, FlashAttention kernels (`crate::flash_attention`: one kernel forward, two backward,
-//! nothing of `[L, S]` in memory) take an attention past the budget instead with
-//! `ATOMRL_FLASH_ATTENTION=long`, and every attention with `1` ([`crate::FlashPolicy`]; opt-in
-//! until a GPU has timed them).
+//! nothing of `[L, S]` in memory) take an attention past the budget instead: by default in bf16
+//! and f16 (whose kernels run on tensor cores), with `ATOMRL_FLASH_ATTENTION=long` in f32 too,
+//! and every attention with `1` ([`crate::FlashPolicy`]; `0` turns them off).
 
 use std::sync::Mutex;
 
@@ -136,10 +136,17 @@ fn attend_with(
     #[cfg(feature = "cuda")]
     {
         use crate::flash_attention::FlashPolicy;
-        // The policy first: it is off by default, and `usable` asks the device's state.
+        // The policy first: `usable` asks the device's state.
         let wanted = match FlashPolicy::current() {
             FlashPolicy::Always => true,
             FlashPolicy::PastBudget => chunk < l,
+            FlashPolicy::PastBudgetOnTensorCores => {
+                chunk < l
+                    && matches!(
+                        q.dtype(),
+                        candle_core::DType::BF16 | candle_core::DType::F16
+                    )
+            }
             FlashPolicy::Off => false,
         };
         if wanted && crate::flash_attention::usable(q, k, mask) {

@@ -3,16 +3,14 @@
 //! `[N, H, L, S]` scores nor the probabilities in memory, only each query row's max and
 //! log-sum for backward (Dao et al. 2022; the deterministic backward split of Dao 2023).
 //!
-//! Which attentions take it is [`FlashPolicy`] (`ATOMRL_FLASH_ATTENTION`): by default none;
-//! `1` every attention on CUDA the kernels can run; `long` those whose scores pass the score
-//! budget, where the tensor-op form runs in chunks of queries (`crate::attention`). In bf16 and
-//! f16 the forward's two products run on tensor cores (WMMA, f32 accumulators); f32 and the
-//! backward compute in f32 on CUDA cores. Opt-in until a GPU has timed it: from the
-//! shared-memory traffic of its tiles, the CUDA-core forward at 8 × 2,112 tokens of the
-//! Qwen2.5-0.5B shape should take ~4–8 ms a layer on an H200, where cuBLAS does the same
-//! 64 GFLOP in well under 1 ms, and the backward is still on CUDA cores; `xtask/gpu-run.sh`
-//! (steps `flash` and `long`) measures it, and the default follows the measurement
-//! (docs/cuda.md).
+//! Which attentions take it is [`FlashPolicy`] (`ATOMRL_FLASH_ATTENTION`). By default, those in
+//! bf16 and f16 whose scores pass the score budget, where the tensor-op form would run in chunks
+//! of queries (`crate::attention`): in those dtypes all four kernels' products run on tensor
+//! cores (WMMA, f32 accumulators), and nothing of `[L, S]` is in memory where the chunks hold
+//! one chunk's scores at a time. `long` takes f32 too (CUDA-core kernels), `1` every attention
+//! the kernels can run, `0` none. Below the budget (the bench's 320 tokens) the tensor-op form
+//! stays the default until a GPU has timed both there (`xtask/gpu-run.sh` steps `flash` and
+//! `long`; docs/cuda.md).
 // Kernel launches are FFI (`atomrl_core::launch_kernel!`) and buffers are allocated
 // uninitialised; each says what the kernel reads and writes.
 #![cfg_attr(feature = "cuda", allow(unsafe_code))]
@@ -25,9 +23,12 @@ pub const FLASH_ATTENTION_ENV: &str = "ATOMRL_FLASH_ATTENTION";
 /// Which attentions on CUDA run as FlashAttention kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlashPolicy {
-    /// None: the tensor-op forms (unset, empty, `0`, `false`, `off` or `no`).
+    /// None: the tensor-op forms (`0`, `false`, `off` or `no`).
     Off,
-    /// Those whose scores would pass the score budget (`long`).
+    /// The default (unset or empty): those in bf16 or f16, whose kernels run on tensor cores,
+    /// whose scores would pass the score budget.
+    PastBudgetOnTensorCores,
+    /// Those whose scores would pass the score budget, in any dtype (`long`).
     PastBudget,
     /// Every attention the kernels can run (`1`, `true`, `on` or `yes`).
     Always,
@@ -39,14 +40,16 @@ impl FlashPolicy {
     ///
     /// ```
     /// use atomrl_model::FlashPolicy;
-    /// assert_eq!(FlashPolicy::parse(None), Some(FlashPolicy::Off));
+    /// assert_eq!(FlashPolicy::parse(None), Some(FlashPolicy::PastBudgetOnTensorCores));
+    /// assert_eq!(FlashPolicy::parse(Some("0")), Some(FlashPolicy::Off));
     /// assert_eq!(FlashPolicy::parse(Some("1")), Some(FlashPolicy::Always));
     /// assert_eq!(FlashPolicy::parse(Some(" Long ")), Some(FlashPolicy::PastBudget));
     /// assert_eq!(FlashPolicy::parse(Some("sometimes")), None);
     /// ```
     pub fn parse(value: Option<&str>) -> Option<Self> {
         match value.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
-            None | Some("" | "0" | "false" | "off" | "no") => Some(Self::Off),
+            None | Some("") => Some(Self::PastBudgetOnTensorCores),
+            Some("0" | "false" | "off" | "no") => Some(Self::Off),
             Some("1" | "true" | "on" | "yes") => Some(Self::Always),
             Some("long") => Some(Self::PastBudget),
             Some(_) => None,
@@ -54,7 +57,7 @@ impl FlashPolicy {
     }
 
     /// This process's policy, read from [`FLASH_ATTENTION_ENV`] once; a value it does not know
-    /// is warned about and read as the default, [`FlashPolicy::Off`].
+    /// is warned about and read as the default, [`FlashPolicy::PastBudgetOnTensorCores`].
     pub fn current() -> Self {
         static POLICY: OnceLock<FlashPolicy> = OnceLock::new();
         *POLICY.get_or_init(|| {
@@ -63,9 +66,9 @@ impl FlashPolicy {
                 // A library's one-time notice, as the kernels' self-check gives its own.
                 eprintln!(
                     "warning: {FLASH_ATTENTION_ENV}={value:?} is not one of 0, 1 or long: \
-                     FlashAttention stays off"
+                     FlashAttention keeps its default (bf16 and f16 past the score budget)"
                 );
-                Self::Off
+                Self::PastBudgetOnTensorCores
             })
         })
     }
@@ -334,9 +337,26 @@ mod cuda {
                                 let delta = unsafe { dev.alloc::<f32>(n * h * l)? };
                                 let dk = unsafe { dev.alloc::<T>(n * kv * s * d)? };
                                 let dv = unsafe { dev.alloc::<T>(n * kv * s * d)? };
+                                // bf16 and f16 take the tensor-core kernels; f32 the
+                                // CUDA-core ones.
+                                let (dq_name, dq_dims, dkv_name, dkv_dims) = if dt == DType::F32 {
+                                    (
+                                        "flash_bwd_dq",
+                                        launch_dims::flash_bwd_dq(n, h, l),
+                                        "flash_bwd_dkv",
+                                        launch_dims::flash_bwd_dkv(n, kv, s),
+                                    )
+                                } else {
+                                    (
+                                        "flash_bwd_dq_tc",
+                                        launch_dims::flash_bwd_dq_tc(n, h, l),
+                                        "flash_bwd_dkv_tc",
+                                        launch_dims::flash_bwd_dkv_tc(n, kv, s),
+                                    )
+                                };
                                 self.with_pad::<T, ()>(&qs, n, s, |pad| {
                                     let f = dev.get_or_load_custom_func(
-                                        &kernel("flash_bwd_dq", dt)?,
+                                        &kernel(dq_name, dt)?,
                                         MODULE,
                                         ptx(),
                                     )?;
@@ -344,7 +364,7 @@ mod cuda {
                                     // writes all of dq and delta.
                                     atomrl_core::launch_kernel!(
                                         f,
-                                        launch_config(launch_dims::flash_bwd_dq(n, h, l)),
+                                        launch_config(dq_dims),
                                         &qs,
                                         &ks,
                                         &vs,
@@ -358,7 +378,7 @@ mod cuda {
                                         &shape
                                     )?;
                                     let f = dev.get_or_load_custom_func(
-                                        &kernel("flash_bwd_dkv", dt)?,
+                                        &kernel(dkv_name, dt)?,
                                         MODULE,
                                         ptx(),
                                     )?;
@@ -367,7 +387,7 @@ mod cuda {
                                     // dk and dv.
                                     atomrl_core::launch_kernel!(
                                         f,
-                                        launch_config(launch_dims::flash_bwd_dkv(n, kv, s)),
+                                        launch_config(dkv_dims),
                                         &qs,
                                         &ks,
                                         &vs,

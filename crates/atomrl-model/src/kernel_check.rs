@@ -166,8 +166,8 @@ pub fn run(name: &str, device: &Device, dtype: DType, fused: bool) -> Result<Ker
 
 /// Runs every kernel on `device` in f32, fused and in its tensor-op form, and checks that
 /// each output and gradient agrees to 1e-4 (relative L2 norm) and is finite: the self-check
-/// the CUDA kernels pass before a process uses them on a GPU (FlashAttention only where
-/// `ATOMRL_FLASH_ATTENTION` turns it on).
+/// the CUDA kernels pass before a process uses them on a GPU (FlashAttention unless
+/// `ATOMRL_FLASH_ATTENTION=0` turns it off).
 ///
 /// # Errors
 /// The first disagreement, naming the kernel and the tensor, or a tensor failure.
@@ -178,8 +178,9 @@ pub fn run(name: &str, device: &Device, dtype: DType, fused: bool) -> Result<Ker
 /// ```
 pub fn self_check(device: &Device) -> std::result::Result<(), String> {
     for k in KERNELS {
-        // An opt-in kernel is checked only where it is opted into, so that it cannot turn the
-        // default kernels off.
+        // A kernel turned off is not checked, so that it cannot turn the others off. In f32
+        // FlashAttention runs its CUDA-core kernels, which share the masks, first keys and
+        // stats with the tensor-core ones that bf16 and f16 take (those have device-check rows).
         if k == "flash-attention" && crate::FlashPolicy::current() == crate::FlashPolicy::Off {
             continue;
         }

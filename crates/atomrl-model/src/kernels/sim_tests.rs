@@ -402,6 +402,30 @@ fn attention_softmax_kernels_match_the_cpu_kernel() {
 type Forward<T> =
     for<'a> fn(Launch, kernels::Flash<'a, T>, (&[T], &[T], &[T]), &[i32], &mut [T], &mut [f32]);
 
+/// A FlashAttention dq/delta kernel of atomrl-cuda-sim ([`kernels::flash_bwd_dq`] or its
+/// tensor-core form).
+type BackwardQueries<T> = for<'a> fn(
+    Launch,
+    kernels::Flash<'a, T>,
+    (&[T], &[T], &[T]),
+    (&[T], &[T], &[f32]),
+    &[i32],
+    &mut [T],
+    &mut [f32],
+);
+
+/// A FlashAttention dk/dv kernel of atomrl-cuda-sim ([`kernels::flash_bwd_dkv`] or its
+/// tensor-core form).
+type BackwardKeys<T> = for<'a> fn(
+    Launch,
+    kernels::Flash<'a, T>,
+    (&[T], &[T], &[T]),
+    (&[T], &[f32], &[f32]),
+    &[i32],
+    &mut [T],
+    &mut [T],
+);
+
 /// attention.cu's FlashAttention against the CPU's grouped attention with the fused softmax
 /// (`crate::attention::grouped_attention`): output, and the gradients of q, k and v.
 fn check_flash<T: Host>(
@@ -473,9 +497,9 @@ fn check_flash<T: Host>(
         .collect();
     assert_eq!(first_key, want_first, "first unpadded keys");
 
-    // The CUDA-core forward, and the tensor-core one where the dtype has it; the backward from
-    // each forward's output and stats.
-    let forwards = if kernels::has_flash_fwd_tc::<T>() {
+    // The CUDA-core kernels, and the tensor-core ones where the dtype has them: each backward
+    // from its own forward's output and stats.
+    let forwards = if kernels::has_flash_tc::<T>() {
         &[false, true][..]
     } else {
         &[false][..]
@@ -504,8 +528,19 @@ fn check_flash<T: Host>(
 
         let mut dq = vec![T::default(); qs.len()];
         let mut delta = vec![0f32; n * heads * l];
-        kernels::flash_bwd_dq(
-            Launch::from_dims(launch_dims::flash_bwd_dq(n, heads, l)),
+        let (dq_kernel, dq_dims): (BackwardQueries<T>, _) = if tc {
+            (
+                kernels::flash_bwd_dq_tc,
+                launch_dims::flash_bwd_dq_tc(n, heads, l),
+            )
+        } else {
+            (
+                kernels::flash_bwd_dq,
+                launch_dims::flash_bwd_dq(n, heads, l),
+            )
+        };
+        dq_kernel(
+            Launch::from_dims(dq_dims),
             f,
             (&qs, &ks, &vs),
             (&o, &gs, &stats),
@@ -515,8 +550,16 @@ fn check_flash<T: Host>(
         );
         let mut dk = vec![T::default(); ks.len()];
         let mut dv = vec![T::default(); ks.len()];
-        kernels::flash_bwd_dkv(
-            Launch::from_dims(launch_dims::flash_bwd_dkv(n, kv, s)),
+        let (dkv_kernel, dkv_dims): (BackwardKeys<T>, _) = if tc {
+            (
+                kernels::flash_bwd_dkv_tc,
+                launch_dims::flash_bwd_dkv_tc(n, kv, s),
+            )
+        } else {
+            (kernels::flash_bwd_dkv, launch_dims::flash_bwd_dkv(n, kv, s))
+        };
+        dkv_kernel(
+            Launch::from_dims(dkv_dims),
             f,
             (&qs, &ks, &vs),
             (&gs, &stats, &delta),
