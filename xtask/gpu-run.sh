@@ -26,15 +26,18 @@
 #                        largest), then PyTorch's (SDPA) in torch-long.json
 #   atomrl-flash.json    the bench's bf16 training step with ATOMRL_FLASH_ATTENTION=1 (FlashAttention
 #                        at 320 tokens too, against the tensor-op attention of atomrl-bench.json)
+#   atomrl-attention.jsonl  one layer's bf16 training attention alone (bench --attention-ops: tensor
+#                        ops, chunks of queries, FlashAttention; forward, forward + backward) at the
+#                        bench's 8 x 320 tokens, then at 8 x 2,112
 # STEPS lists the steps to run (default all): device-check bench eager-decode unmerged-decode
-# decode-parts decode-ops nsys profile parts unfused event-tracking torch grpo long flash.
-# Each step has its own timeout (T1..T16 seconds), so one that hangs does not cost the rest. The
+# decode-parts decode-ops nsys profile parts unfused event-tracking torch grpo long flash attention.
+# Each step has its own timeout (T1..T17 seconds), so one that hangs does not cost the rest. The
 # steps before `long` took ~250 s as measured; `long` (not yet run) should add 1-2 minutes. A call
 # of the device tool is limited to 600 s: where that is near, run `long` in a call of its own
 # (STEPS=long).
 set -u
 : "${OUT:?set OUT to the results folder}"
-STEPS=${STEPS:-device-check bench eager-decode unmerged-decode decode-parts decode-ops nsys profile parts unfused event-tracking torch grpo long flash}
+STEPS=${STEPS:-device-check bench eager-decode unmerged-decode decode-parts decode-ops nsys profile parts unfused event-tracking torch grpo long flash attention}
 want() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 mkdir -p "$OUT"
 ROOT=$PWD
@@ -171,5 +174,15 @@ log atomrl-flash
 # FlashAttention for every attention (ATOMRL_FLASH_ATTENTION=1): the training step at the bench's
 # 320 tokens, below the score budget, where the default keeps cuBLAS's tensor-op attention.
 ATOMRL_FLASH_ATTENTION=1 timeout "${T16:-60}" $X bench $SHAPE --dtypes bf16 --skip-decode --json "$OUT/atomrl-flash.json" >> "$L" 2>&1; echo "rc=$?" >> "$L"
+}
+want attention && {
+log atomrl-attention
+# Each attention form alone (no training step), at the bench's length, then at the long step's.
+: > "$OUT/atomrl-attention.jsonl"
+for len in "" "--prompt-len 64 --completion-len 2048 --train-rows 8 --micro-batch 8"; do
+  timeout "${T17:-60}" $X bench $SHAPE $len --dtypes bf16 --skip-decode --skip-train --attention-ops --json /tmp/atomrl-part.json >> "$L" 2>&1; echo "rc=$?" >> "$L"
+  [ -f /tmp/atomrl-part.json ] && { tr -d '\n' < /tmp/atomrl-part.json; echo; } >> "$OUT/atomrl-attention.jsonl"
+  rm -f /tmp/atomrl-part.json
+done
 }
 log end

@@ -114,6 +114,11 @@ pub struct BenchArgs {
     /// calls per op on a GPU: its GPU time; `atomrl_model::static_decode_op_times`).
     #[arg(long)]
     pub decode_ops: bool,
+    /// Also time a decoder layer's training attention alone, at one micro-batch's rows, forward
+    /// and forward with backward, in each form: tensor ops, chunks of queries, FlashAttention
+    /// (CUDA) (`atomrl_model::attention_times`).
+    #[arg(long)]
+    pub attention_ops: bool,
     /// Also time each matrix product of a decoder layer's training step alone, at one
     /// micro-batch's rows, through the matmul kernel in use (gemm, or `ATOMRL_CBLAS`'s
     /// library): run with and without `ATOMRL_CBLAS` to compare (`matmul_bench`).
@@ -646,6 +651,12 @@ pub fn run(a: &BenchArgs) -> Result<()> {
                 op_rows.push(json!({"batch": b, "cap": cap, "ops": ops}));
             }
         }
+        let attention_rows = if a.attention_ops {
+            attention_ops(&config, a, dtype, &device)
+                .with_context(|| format!("attention ops {name}"))?
+        } else {
+            Vec::new()
+        };
         let mut matmul_rows = Vec::new();
         if a.train_matmuls {
             let seq = a.prompt_len + a.completion_len;
@@ -694,7 +705,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
             );
             r
         };
-        results.push(json!({"dtype": name, "decode": decode_rows, "decode_ops": op_rows, "train_matmuls": matmul_rows, "train": train_row}));
+        results.push(json!({"dtype": name, "decode": decode_rows, "decode_ops": op_rows, "attention_ops": attention_rows, "train_matmuls": matmul_rows, "train": train_row}));
     }
     if let Some(path) = &a.json {
         let doc = json!({
@@ -723,6 +734,33 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         println!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// `--attention-ops`: each attention form's time at one micro-batch's rows, printed and as
+/// JSON rows.
+fn attention_ops(
+    config: &ModelConfig,
+    a: &BenchArgs,
+    dtype: DType,
+    device: &Device,
+) -> Result<Vec<Value>> {
+    let seq = a.prompt_len + a.completion_len;
+    let times = atomrl_model::attention_times(config, a.micro_batch, seq, dtype, device, 10)?;
+    println!(
+        "attention ops {dtype:?}, one decoder layer, {} × {seq} tokens (ms per call):",
+        a.micro_batch
+    );
+    Ok(times
+        .iter()
+        .map(|t| {
+            println!(
+                "  {:<28} forward {:>9.3}  forward + backward {:>9.3}",
+                t.form, t.forward_ms, t.forward_backward_ms
+            );
+            json!({"form": t.form, "forward_ms": t.forward_ms,
+                   "forward_backward_ms": t.forward_backward_ms})
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -130,12 +130,12 @@ fn attend_with(
     budget: usize,
     transpose_once: bool,
 ) -> Result<Tensor> {
-    let (n, h, l, _) = q.dims4()?;
-    let s = k.dim(2)?;
-    let chunk = query_chunk(n, h, s, budget);
+    let (n, h, _, _) = q.dims4()?;
+    let chunk = query_chunk(n, h, k.dim(2)?, budget);
     #[cfg(feature = "cuda")]
     {
         use crate::flash_attention::FlashPolicy;
+        let l = q.dim(2)?;
         // The policy first: `usable` asks the device's state.
         let wanted = match FlashPolicy::current() {
             FlashPolicy::Always => true,
@@ -153,6 +153,21 @@ fn attend_with(
             return crate::flash_attention::flash_attention(q, k, v, scale, mask);
         }
     }
+    attend_in_chunks(q, k, v, scale, mask, chunk, transpose_once)
+}
+
+/// The tensor-op attention in chunks of `chunk` queries: the plain form when one chunk holds
+/// them all, else one [`ChunkedAttention`] node.
+pub(crate) fn attend_in_chunks(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f64,
+    mask: &KeyMask,
+    chunk: usize,
+    transpose_once: bool,
+) -> Result<Tensor> {
+    let (l, s) = (q.dim(2)?, k.dim(2)?);
     if chunk >= l {
         return grouped_attention(q, k, v, |x| attention_softmax(x, scale, mask));
     }

@@ -33,6 +33,7 @@
 #![deny(missing_docs)]
 
 mod attention;
+mod attention_times;
 mod cache;
 mod checkpoint;
 mod config;
@@ -56,6 +57,7 @@ mod weights;
 
 pub use atomrl_core::{Error, Result};
 pub use attention::{default_scores_budget, DEFAULT_SCORES_BUDGET, GPU_SCORES_BUDGET};
+pub use attention_times::{attention_times, AttentionTime};
 pub use cache::KvCache;
 pub use config::{Architecture, ModelConfig};
 pub use flash_attention::{FlashPolicy, FLASH_ATTENTION_ENV};
