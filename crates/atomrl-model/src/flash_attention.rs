@@ -97,7 +97,10 @@ mod cuda {
 
     /// Whether the kernels can run the attention of `q [N, H, L, d]` over `k [N, KV, S, d]`
     /// under `mask`: on CUDA with the fused kernels on and verified, a head dim up to
-    /// [`FLASH_MAX_HEAD_DIM`], `H` a multiple of `KV`, and key padding (if any) on the device.
+    /// [`FLASH_MAX_HEAD_DIM`], `H` a multiple of `KV`, key padding (if any) on the device, and
+    /// FlashAttention's own self-check passed on that GPU
+    /// ([`crate::kernel_check::flash_self_check`]; a failure keeps the tensor-op attention
+    /// there, the other kernels on).
     pub(crate) fn usable(q: &Tensor, k: &Tensor, mask: &KeyMask) -> bool {
         let (Ok((_, h, _, d)), Ok((_, kv, _, _))) = (q.dims4(), k.dims4()) else {
             return false;
@@ -108,6 +111,12 @@ mod cuda {
             && kv > 0
             && h % kv == 0
             && (mask.pad.is_none() || mask.pad_bias.is_some())
+            && crate::kernels::passes_once(
+                q.device(),
+                "AtomRL's FlashAttention kernels",
+                "the tensor-op attention (ATOMRL_FLASH_ATTENTION=0 skips the check)",
+                crate::kernel_check::flash_self_check,
+            )
     }
 
     /// FlashAttention of `q [N, H, L, d]` over `k, v [N, KV, S, d]` → `[N, H, L, d]`, as one

@@ -166,8 +166,8 @@ pub fn run(name: &str, device: &Device, dtype: DType, fused: bool) -> Result<Ker
 
 /// Runs every kernel on `device` in f32, fused and in its tensor-op form, and checks that
 /// each output and gradient agrees to 1e-4 (relative L2 norm) and is finite: the self-check
-/// the CUDA kernels pass before a process uses them on a GPU. FlashAttention is checked unless
-/// `ATOMRL_FLASH_ATTENTION=0` turns it off, in bf16 too (to 2e-2), whose kernels differ.
+/// the CUDA kernels pass before a process uses them on a GPU. FlashAttention has a check of its
+/// own ([`flash_self_check`]), so that it cannot turn the other kernels off.
 ///
 /// # Errors
 /// The first disagreement, naming the kernel and the tensor, or a tensor failure.
@@ -177,21 +177,26 @@ pub fn run(name: &str, device: &Device, dtype: DType, fused: bool) -> Result<Ker
 /// # Ok::<(), String>(())
 /// ```
 pub fn self_check(device: &Device) -> std::result::Result<(), String> {
-    let flash_on = crate::FlashPolicy::current() != crate::FlashPolicy::Off;
-    for k in KERNELS {
-        // A kernel turned off is not checked, so that it cannot turn the others off.
-        if k == "flash-attention" && !flash_on {
-            continue;
-        }
+    for k in KERNELS.into_iter().filter(|&k| k != "flash-attention") {
         agrees_with_tensor_ops(k, device, DType::F32, 1e-4)?;
     }
-    // In f32 FlashAttention runs its CUDA-core kernels; bf16 and f16 take the tensor-core ones,
-    // by default past the score budget, so they are checked too, to bf16's rounding (the
-    // device check's bound for a kernel in bf16).
-    if flash_on {
-        agrees_with_tensor_ops("flash-attention", device, DType::BF16, 2e-2)?;
-    }
     Ok(())
+}
+
+/// FlashAttention's self-check, before a process first uses it on a GPU: in f32 (its
+/// CUDA-core kernels) to 1e-4, and in bf16 (the tensor-core kernels that bf16 and f16 take) to
+/// 2e-2, the device check's bound for a kernel in bf16, against the tensor-op attention.
+///
+/// # Errors
+/// The first disagreement, naming the tensor and the dtype, or a tensor failure.
+///
+/// ```
+/// atomrl_model::kernel_check::flash_self_check(&candle_core::Device::Cpu)?;
+/// # Ok::<(), String>(())
+/// ```
+pub fn flash_self_check(device: &Device) -> std::result::Result<(), String> {
+    agrees_with_tensor_ops("flash-attention", device, DType::F32, 1e-4)?;
+    agrees_with_tensor_ops("flash-attention", device, DType::BF16, 2e-2)
 }
 
 /// Whether kernel `k` on `device` in `dtype`, fused, agrees with its tensor-op form: every
@@ -381,6 +386,7 @@ mod tests {
     #[test]
     fn the_cpu_kernels_pass_the_self_check_and_a_nan_fails_it() {
         assert_eq!(self_check(&Device::Cpu), Ok(()));
+        assert_eq!(flash_self_check(&Device::Cpu), Ok(()));
         let a = Tensor::new(&[1f32, f32::NAN], &Device::Cpu).expect("a");
         let b = Tensor::new(&[1f32, 2.0], &Device::Cpu).expect("b");
         assert!(relative_difference(&a, &b).expect("diff").is_nan());

@@ -92,6 +92,24 @@ pub(crate) fn fused_on(t: &Tensor) -> bool {
 /// not correctness.
 #[cfg(feature = "cuda")]
 fn verified_on(device: &candle_core::Device) -> bool {
+    passes_once(
+        device,
+        "AtomRL's fused CUDA kernels",
+        "the tensor-op forms (ATOMRL_CUDA_FUSED=0 skips the check)",
+        crate::kernel_check::self_check,
+    )
+}
+
+/// Whether `check` passed on `device`, run the first time this process asks (per GPU and
+/// `what`); a failure is warned about once, naming `what`, why, and the `fallback` taken. While
+/// the check runs, the answer is yes: its own runs must reach what it checks.
+#[cfg(feature = "cuda")]
+pub(crate) fn passes_once(
+    device: &candle_core::Device,
+    what: &'static str,
+    fallback: &str,
+    check: fn(&candle_core::Device) -> std::result::Result<(), String>,
+) -> bool {
     use std::collections::BTreeMap;
     use std::sync::Mutex;
     #[derive(Clone, Copy, PartialEq)]
@@ -100,7 +118,7 @@ fn verified_on(device: &candle_core::Device) -> bool {
         Good,
         Bad,
     }
-    static STATES: Mutex<BTreeMap<usize, State>> = Mutex::new(BTreeMap::new());
+    static STATES: Mutex<BTreeMap<(usize, &'static str), State>> = Mutex::new(BTreeMap::new());
     let candle_core::DeviceLocation::Cuda { gpu_id } = device.location() else {
         return false;
     };
@@ -108,27 +126,26 @@ fn verified_on(device: &candle_core::Device) -> bool {
         let Ok(mut states) = STATES.lock() else {
             return false;
         };
-        match states.get(&gpu_id) {
-            // While checking, the check's own fused runs must reach the kernels.
+        match states.get(&(gpu_id, what)) {
             Some(State::Good | State::Checking) => return true,
             Some(State::Bad) => return false,
             None => {
-                states.insert(gpu_id, State::Checking);
+                states.insert((gpu_id, what), State::Checking);
             }
         }
     }
-    let state = match crate::kernel_check::self_check(device) {
+    let state = match check(device) {
         Ok(()) => State::Good,
         Err(why) => {
             eprintln!(
-                "warning: AtomRL's fused CUDA kernels failed their self-check on cuda:{gpu_id} \
-                 ({why}); using the tensor-op forms there (ATOMRL_CUDA_FUSED=0 skips the check)"
+                "warning: {what} failed their self-check on cuda:{gpu_id} ({why}); using \
+                 {fallback} there"
             );
             State::Bad
         }
     };
     if let Ok(mut states) = STATES.lock() {
-        states.insert(gpu_id, state);
+        states.insert((gpu_id, what), state);
     }
     state == State::Good
 }
