@@ -723,8 +723,8 @@ pub fn run(a: &BenchArgs) -> Result<()> {
                 .unwrap_or_else(|| atomrl_model::default_scores_budget(&device)),
             "cpu": cpu_model(),
             "cpu_matmuls": atomrl_core::cblas::describe(),
-            // `ATOMRL_FLASH_ATTENTION` as this process read it (CUDA only): Off, PastBudget
-            // or Always.
+            // `ATOMRL_FLASH_ATTENTION` as this process read it (CUDA only): Off,
+            // PastBudgetOnTensorCores (the default), PastBudget or Always.
             "flash_attention": format!("{:?}", atomrl_model::FlashPolicy::current()),
             "profiled": a.profile,
             "results": results,
