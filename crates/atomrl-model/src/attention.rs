@@ -134,21 +134,9 @@ fn attend_with(
     let chunk = query_chunk(n, h, k.dim(2)?, budget);
     #[cfg(feature = "cuda")]
     {
-        use crate::flash_attention::FlashPolicy;
-        let l = q.dim(2)?;
         // The policy first: `usable` asks the device's state.
-        let wanted = match FlashPolicy::current() {
-            FlashPolicy::Always => true,
-            FlashPolicy::PastBudget => chunk < l,
-            FlashPolicy::PastBudgetOnTensorCores => {
-                chunk < l
-                    && matches!(
-                        q.dtype(),
-                        candle_core::DType::BF16 | candle_core::DType::F16
-                    )
-            }
-            FlashPolicy::Off => false,
-        };
+        let past_budget = chunk < q.dim(2)?;
+        let wanted = crate::FlashPolicy::current().takes(q.dtype(), past_budget);
         if wanted && crate::flash_attention::usable(q, k, mask) {
             return crate::flash_attention::flash_attention(q, k, v, scale, mask);
         }

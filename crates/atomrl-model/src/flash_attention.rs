@@ -56,6 +56,31 @@ impl FlashPolicy {
         }
     }
 
+    /// Whether this policy runs an attention in `dtype` as FlashAttention (where the kernels
+    /// can run it), given whether its scores pass the score budget.
+    ///
+    /// ```
+    /// use atomrl_model::FlashPolicy;
+    /// use candle_core::DType;
+    /// let default = FlashPolicy::PastBudgetOnTensorCores;
+    /// assert!(default.takes(DType::BF16, true) && default.takes(DType::F16, true));
+    /// assert!(!default.takes(DType::BF16, false) && !default.takes(DType::F32, true));
+    /// assert!(FlashPolicy::PastBudget.takes(DType::F32, true));
+    /// assert!(FlashPolicy::Always.takes(DType::F32, false));
+    /// assert!(!FlashPolicy::Off.takes(DType::BF16, true));
+    /// ```
+    pub fn takes(self, dtype: candle_core::DType, past_budget: bool) -> bool {
+        use candle_core::DType;
+        match self {
+            Self::Always => true,
+            Self::PastBudget => past_budget,
+            Self::PastBudgetOnTensorCores => {
+                past_budget && matches!(dtype, DType::BF16 | DType::F16)
+            }
+            Self::Off => false,
+        }
+    }
+
     /// This process's policy, read from [`FLASH_ATTENTION_ENV`] once; a value it does not know
     /// is warned about and read as the default, [`FlashPolicy::PastBudgetOnTensorCores`].
     pub fn current() -> Self {
