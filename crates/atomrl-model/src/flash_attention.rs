@@ -5,12 +5,12 @@
 //!
 //! Which attentions take it is [`FlashPolicy`] (`ATOMRL_FLASH_ATTENTION`). By default, those in
 //! bf16 and f16 whose scores pass the score budget, where the tensor-op form would run in chunks
-//! of queries (`crate::attention`): in those dtypes all four kernels' products run on tensor
+//! of queries (`crate::attention`): in those dtypes all three kernels' products run on tensor
 //! cores (WMMA, f32 accumulators), and nothing of `[L, S]` is in memory where the chunks hold
 //! one chunk's scores at a time. `long` takes f32 too (CUDA-core kernels), `1` every attention
 //! the kernels can run, `0` none. Below the budget (the bench's 320 tokens) the tensor-op form
-//! stays the default until a GPU has timed both there (`xtask/gpu-run.sh` steps `flash` and
-//! `long`; docs/cuda.md).
+//! stays the default until a GPU has timed both there (`xtask/gpu-run.sh` steps `flash`,
+//! `long` and `attention`; docs/cuda.md).
 // Kernel launches are FFI (`atomrl_core::launch_kernel!`) and buffers are allocated
 // uninitialised; each says what the kernel reads and writes.
 #![cfg_attr(feature = "cuda", allow(unsafe_code))]
@@ -25,8 +25,8 @@ pub const FLASH_ATTENTION_ENV: &str = "ATOMRL_FLASH_ATTENTION";
 pub enum FlashPolicy {
     /// None: the tensor-op forms (`0`, `false`, `off` or `no`).
     Off,
-    /// The default (unset or empty): those in bf16 or f16, whose kernels run on tensor cores,
-    /// whose scores would pass the score budget.
+    /// The default (unset or empty): the attentions in bf16 or f16 (whose kernels run on
+    /// tensor cores) whose scores would pass the score budget.
     PastBudgetOnTensorCores,
     /// Those whose scores would pass the score budget, in any dtype (`long`).
     PastBudget,
